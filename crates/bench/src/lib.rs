@@ -1,0 +1,1 @@
+//! Placeholder until the load generator lands.

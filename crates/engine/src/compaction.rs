@@ -1,0 +1,410 @@
+//! Background compaction and hint files.
+//!
+//! The compactor thread writes a hint file for each sealed log segment, and
+//! rewrites sealed segments whose dead fraction passes the threshold: live
+//! records are copied into a new segment (origin "compaction"), each key is
+//! switched to the copy only if it still points at the old record, and the
+//! old segment is removed only after the copy and its hint are durable.
+//!
+//! Why this is safe at any crash point: until the old file is removed both
+//! copies exist with the same seq and recovery picks either; a compaction
+//! output without its hint is discarded at open; tombstones are kept while
+//! any other segment may still hold an older put of their key.
+//!
+//! One compaction runs at a time (`Inner::compaction_lock`). It takes each
+//! key's partition lock only to check or switch that key: O(1) per record.
+
+use crate::clock::is_expired;
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::fs::join;
+use crate::hint::HintWriter;
+use crate::keydir;
+use crate::log::create_segment;
+use crate::record::{self, Header, Kind};
+use crate::recovery::touch_target;
+use crate::scan::{scan, ScanEnd};
+use crate::segment::{self, Origin, Segment, SegmentHeader};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the compactor sleeps between passes.
+const PASS_INTERVAL: Duration = Duration::from_millis(200);
+/// Output bytes buffered before they are written and keys switched.
+const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
+
+/// The compactor thread's body; returns at shutdown.
+pub fn compactor_loop(inner: &Inner) {
+    while !inner.shutdown.load(Ordering::Acquire) {
+        if let Err(error) = write_pending_hints(inner) {
+            tracing::error!(%error, "writing hint files");
+        }
+        let ratio = inner.config.compaction_dead_ratio_min;
+        match compact_pass(inner, ratio) {
+            Ok(0) => std::thread::sleep(PASS_INTERVAL),
+            Ok(_) => {}
+            Err(error) => {
+                tracing::error!(%error, "compaction failed; retrying later");
+                std::thread::sleep(PASS_INTERVAL * 10);
+            }
+        }
+    }
+}
+
+/// Writes a hint file for every sealed segment that lacks one.
+pub fn write_pending_hints(inner: &Inner) -> Result<()> {
+    let _ = inner.log.take_sealed();
+    for segment in inner.segments.all() {
+        if segment.sealed.load(Ordering::Acquire) && !segment.has_hint.load(Ordering::Acquire) {
+            let mut hint = HintWriter::new();
+            let len = segment.len_bytes.load(Ordering::Acquire);
+            let start = u64::from(segment::HEADER_BYTES);
+            let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
+                let key = bytes.get(header.key_range()).unwrap_or_default();
+                hint.push(header, offset as u32, key, touch_target(header, bytes));
+                Ok(())
+            })
+            .map_err(|e| Error::io(format!("scanning {}", segment.path.display()), e))?;
+            visited?;
+            if let ScanEnd::Damaged { offset, error } = end {
+                return Err(Error::Corruption {
+                    file: segment.path.clone(),
+                    offset,
+                    reason: error.to_string(),
+                });
+            }
+            install_hint(inner, &segment, hint.finish(segment.id, len))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` as the hint of `segment`: temporary file, sync, rename,
+/// directory sync.
+fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> {
+    let dir = &inner.config.dir;
+    let name = segment::hint_name(segment.id);
+    let tmp = join(dir, &format!("{name}.tmp"));
+    let path = join(dir, &name);
+    let io = |what: &str, e| Error::io(format!("{what} {}", tmp.display()), e);
+    let _ = inner.fs.remove(&tmp);
+    let file = inner.fs.create(&tmp).map_err(|e| io("creating", e))?;
+    file.write_all_at(&bytes, 0).map_err(|e| io("writing", e))?;
+    file.sync_data().map_err(|e| io("syncing", e))?;
+    inner
+        .fs
+        .rename(&tmp, &path)
+        .map_err(|e| io("renaming", e))?;
+    inner
+        .fs
+        .sync_dir(dir)
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    segment.has_hint.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// One pass: compacts every sealed segment (with a hint) whose dead ratio
+/// is at least `dead_ratio_min`. Returns how many were compacted.
+pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
+    let _guard = inner.compaction_lock.lock();
+    let active_id = inner.log.active_id();
+    let all = inner.segments.all();
+    let mut candidates: Vec<Arc<Segment>> = all
+        .iter()
+        .filter(|s| s.id != active_id && s.sealed.load(Ordering::Acquire))
+        .filter(|s| s.has_hint.load(Ordering::Acquire))
+        .filter(|s| s.dead_ratio() >= dead_ratio_min)
+        .filter(|s| s.dead_bytes() > u64::from(segment::HEADER_BYTES))
+        .cloned()
+        .collect();
+    candidates.sort_by(|a, b| b.dead_ratio().total_cmp(&a.dead_ratio()));
+    let count = candidates.len();
+    if count == 0 {
+        return Ok(0);
+    }
+    let mut output = Output::new(inner)?;
+    for segment in &candidates {
+        let min_seq_elsewhere = all
+            .iter()
+            .filter(|other| other.id != segment.id)
+            .map(|other| other.min_seq.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
+    }
+    output.finish(inner)?;
+    for segment in &candidates {
+        remove_segment(inner, segment)?;
+    }
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    Ok(count)
+}
+
+/// A live put copied into the output, waiting to be switched.
+struct Pending {
+    key: Vec<u8>,
+    seq: u64,
+    from_segment: u32,
+    from_offset: u32,
+    to_offset: u32,
+    record_len: u64,
+}
+
+/// The segment compaction writes into, with its buffered records.
+struct Output {
+    segment: Arc<Segment>,
+    buffer: Vec<u8>,
+    written: u64,
+    pending: Vec<Pending>,
+    hint: HintWriter,
+}
+
+impl Output {
+    fn new(inner: &Inner) -> Result<Output> {
+        let header = SegmentHeader {
+            origin: Origin::Compaction,
+            id: inner.segments.allocate_id(),
+            seq_at_creation: inner.next_seq.load(Ordering::SeqCst),
+            flush_seq: inner.flush_seq.load(Ordering::SeqCst),
+        };
+        let segment = create_segment(
+            &*inner.fs,
+            &inner.config.dir,
+            header,
+            inner.config.durability,
+        )?;
+        segment.sealed.store(true, Ordering::Release);
+        inner.segments.insert(Arc::clone(&segment));
+        Ok(Output {
+            segment,
+            buffer: Vec::new(),
+            written: u64::from(segment::HEADER_BYTES),
+            pending: Vec::new(),
+            hint: HintWriter::new(),
+        })
+    }
+
+    fn offset(&self) -> u64 {
+        self.written + self.buffer.len() as u64
+    }
+
+    /// Appends a record; returns its offset.
+    fn push(&mut self, header: &Header, key: &[u8], value: &[u8], target: u64) -> Result<u32> {
+        let offset = self.offset();
+        if offset + header.record_len() > u64::from(u32::MAX) {
+            return Err(Error::TooLarge("compaction output past 4 GiB".into()));
+        }
+        record::encode(&mut self.buffer, header, key, value);
+        self.hint.push(header, offset as u32, key, target);
+        self.segment.note_seq(header.seq);
+        Ok(offset as u32)
+    }
+
+    /// Writes the buffer to the file, then switches the keys copied so far.
+    fn write_and_switch(&mut self, inner: &Inner) -> Result<()> {
+        if !self.buffer.is_empty() {
+            self.segment
+                .file
+                .write_all_at(&self.buffer, self.written)
+                .map_err(|e| Error::io(format!("writing {}", self.segment.path.display()), e))?;
+            inner
+                .counters
+                .compaction_bytes_written
+                .fetch_add(self.buffer.len() as u64, Ordering::Relaxed);
+            self.written += self.buffer.len() as u64;
+            self.buffer.clear();
+            self.segment
+                .len_bytes
+                .store(self.written, Ordering::Release);
+        }
+        for pending in self.pending.drain(..) {
+            switch(inner, &self.segment, &pending);
+        }
+        Ok(())
+    }
+
+    /// Makes the output durable with its hint, or removes it if nothing
+    /// needed copying.
+    fn finish(mut self, inner: &Inner) -> Result<()> {
+        self.write_and_switch(inner)?;
+        if self.written == u64::from(segment::HEADER_BYTES) {
+            return remove_segment(inner, &self.segment);
+        }
+        self.segment
+            .file
+            .sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", self.segment.path.display()), e))?;
+        let hint = std::mem::take(&mut self.hint);
+        install_hint(
+            inner,
+            &self.segment,
+            hint.finish(self.segment.id, self.written),
+        )
+    }
+}
+
+/// Points a key at its copy if it still points at the original.
+fn switch(inner: &Inner, output: &Segment, pending: &Pending) {
+    let hash = inner.keydir.hash(&pending.key);
+    let mut table = inner.keydir.partition(hash).write();
+    let Some(entry) = table.find_mut(hash, |entry| entry.key() == pending.key) else {
+        return;
+    };
+    if entry.cas != pending.seq
+        || entry.segment_id != pending.from_segment
+        || entry.offset != pending.from_offset
+    {
+        return;
+    }
+    if let Some(old) = inner.segments.get(pending.from_segment) {
+        old.sub_live(pending.record_len);
+    }
+    output.add_live(pending.record_len);
+    entry.segment_id = output.id;
+    entry.offset = pending.to_offset;
+}
+
+/// Copies the records of `segment` that are still needed into `output`.
+fn compact_segment(
+    inner: &Inner,
+    segment: &Arc<Segment>,
+    min_seq_elsewhere: u64,
+    output: &mut Output,
+) -> Result<()> {
+    let len = segment.len_bytes.load(Ordering::Acquire);
+    inner
+        .counters
+        .compaction_bytes_read
+        .fetch_add(len, Ordering::Relaxed);
+    let start = u64::from(segment::HEADER_BYTES);
+    let now = inner.clock.now();
+    let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
+        let key = bytes.get(header.key_range()).unwrap_or_default();
+        let value = bytes.get(header.value_range()).unwrap_or_default();
+        let keep = match header.kind {
+            Kind::Put => live_put(inner, segment.id, offset as u32, header, key),
+            Kind::Delete => tombstone_needed(inner, header, key, min_seq_elsewhere),
+            Kind::Touch => touch_needed(inner, header, key, touch_target(header, bytes)),
+            Kind::Flush => pending_flush(header, now),
+        };
+        let Some(header) = keep else {
+            return Ok(());
+        };
+        let target = touch_target(&header, bytes);
+        let to_offset = output.push(&header, key, value, target)?;
+        if header.kind == Kind::Put {
+            output.pending.push(Pending {
+                key: key.to_vec(),
+                seq: header.seq,
+                from_segment: segment.id,
+                from_offset: offset as u32,
+                to_offset,
+                record_len: header.record_len(),
+            });
+        }
+        if output.buffer.len() >= OUTPUT_BUFFER_BYTES {
+            output.write_and_switch(inner)?;
+        }
+        Ok(())
+    })
+    .map_err(|e| Error::io(format!("compacting {}", segment.path.display()), e))?;
+    visited?;
+    if let ScanEnd::Damaged { offset, error } = end {
+        return Err(Error::Corruption {
+            file: segment.path.clone(),
+            offset,
+            reason: error.to_string(),
+        });
+    }
+    output.write_and_switch(inner)
+}
+
+/// A put is copied if the keydir still points at it; it is copied with the
+/// item's current expiry and stale mark (touches may have changed them).
+fn live_put(
+    inner: &Inner,
+    segment_id: u32,
+    offset: u32,
+    header: &Header,
+    key: &[u8],
+) -> Option<Header> {
+    let hash = inner.keydir.hash(key);
+    let table = inner.keydir.partition(hash).read();
+    let entry = keydir::find(&table, hash, key)?;
+    if entry.segment_id != segment_id || entry.offset != offset || entry.cas != header.seq {
+        return None;
+    }
+    Some(Header {
+        exptime: entry.exptime,
+        stale: entry.has(keydir::BIT_STALE),
+        batch_continues: false,
+        ..*header
+    })
+}
+
+/// A tombstone is kept while another segment may hold an older put of its
+/// key that the tombstone must keep hidden.
+fn tombstone_needed(
+    inner: &Inner,
+    header: &Header,
+    key: &[u8],
+    min_seq_elsewhere: u64,
+) -> Option<Header> {
+    if min_seq_elsewhere >= header.seq {
+        return None;
+    }
+    let hash = inner.keydir.hash(key);
+    let table = inner.keydir.partition(hash).read();
+    if keydir::find(&table, hash, key).is_some_and(|entry| entry.cas > header.seq) {
+        return None;
+    }
+    Some(Header {
+        batch_continues: false,
+        ..*header
+    })
+}
+
+/// A touch is kept while it describes the item's current expiry.
+fn touch_needed(inner: &Inner, header: &Header, key: &[u8], target: u64) -> Option<Header> {
+    let hash = inner.keydir.hash(key);
+    let table = inner.keydir.partition(hash).read();
+    let entry = keydir::find(&table, hash, key)?;
+    let current = entry.cas == target
+        && entry.exptime == header.exptime
+        && entry.has(keydir::BIT_STALE) == header.stale;
+    current.then_some(Header {
+        batch_continues: false,
+        ..*header
+    })
+}
+
+/// A flush record is kept only while it is a delayed flush not yet due:
+/// once carried out, its effect lives in every newer segment's header.
+fn pending_flush(header: &Header, now: u32) -> Option<Header> {
+    let pending = header.exptime != 0 && !is_expired(header.exptime, now);
+    pending.then_some(Header {
+        batch_continues: false,
+        ..*header
+    })
+}
+
+/// Removes a compacted segment and its hint.
+fn remove_segment(inner: &Inner, segment: &Segment) -> Result<()> {
+    inner.segments.remove(segment.id);
+    let dir = &inner.config.dir;
+    let hint = join(dir, &segment::hint_name(segment.id));
+    inner
+        .fs
+        .remove(&segment.path)
+        .map_err(|e| Error::io(format!("removing {}", segment.path.display()), e))?;
+    if let Err(error) = inner.fs.remove(&hint) {
+        if error.kind() != std::io::ErrorKind::NotFound {
+            return Err(Error::io(format!("removing {}", hint.display()), error));
+        }
+    }
+    inner
+        .fs
+        .sync_dir(dir)
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}

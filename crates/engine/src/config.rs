@@ -1,0 +1,97 @@
+//! Engine configuration: where the data lives, how durable an acknowledged
+//! write is, and the sizes that bound memory and files.
+
+use std::path::PathBuf;
+
+/// What an acknowledged write survives.
+///
+/// Every mode hands each write to the operating system (a `write(2)`) before
+/// [`crate::Engine::commit`] returns, so a crash of the Larder process
+/// (`kill -9`, a panic) loses nothing in any mode. The modes differ in what
+/// survives a power cut or a kernel crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Durability {
+    /// A write is acknowledged after an `fdatasync` that covers it. One
+    /// `fdatasync` covers every write waiting at that moment (group commit),
+    /// so throughput grows with the number of concurrent writers. A power cut
+    /// loses nothing acknowledged (on a disk that honours flushes).
+    Always,
+    /// A write is acknowledged once written to the operating system; a
+    /// background thread calls `fdatasync` at least once a second. A power
+    /// cut loses at most the writes of about the last second.
+    EverySec,
+    /// A write is acknowledged once written to the operating system, which
+    /// flushes it to disk when it chooses (typically within 30 s on Linux).
+    None,
+}
+
+impl Durability {
+    /// The name used in configuration files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Always => "always",
+            Durability::EverySec => "everysec",
+            Durability::None => "none",
+        }
+    }
+
+    /// Parses `always`, `everysec` or `none`.
+    pub fn from_name(name: &str) -> Option<Durability> {
+        match name {
+            "always" => Some(Durability::Always),
+            "everysec" => Some(Durability::EverySec),
+            "none" => Some(Durability::None),
+            _ => None,
+        }
+    }
+}
+
+/// Everything [`crate::Engine::open`] needs. Build one with
+/// [`Config::new`] and adjust the public fields.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The data directory; created if missing. One engine at a time may hold
+    /// it (a lock file enforces this).
+    pub dir: PathBuf,
+    /// See [`Durability`].
+    pub durability: Durability,
+    /// A segment is sealed and a new one started when the next record would
+    /// take it past this size. Records larger than this get a segment of
+    /// their own.
+    pub segment_bytes_max: u32,
+    /// Values are kept in memory while the total of cached value bytes stays
+    /// under this budget; past it, only keys and locations stay in memory and
+    /// values are read from the segment files.
+    pub cache_bytes_max: u64,
+    /// Number of keydir partitions, each behind its own lock. Rounded up to
+    /// a power of two.
+    pub partitions: usize,
+    /// A sealed segment is compacted once this fraction of its bytes is dead.
+    pub compaction_dead_ratio_min: f64,
+    /// Run the background compaction and maintenance threads (the log's sync
+    /// thread always runs). Tests that want full control over when compaction
+    /// happens turn this off and call [`crate::Engine::compact_now`].
+    pub background_threads: bool,
+}
+
+impl Config {
+    /// Default segment size: 256 MiB.
+    pub const SEGMENT_BYTES_MAX_DEFAULT: u32 = 256 << 20;
+    /// Default value cache: 1 GiB.
+    pub const CACHE_BYTES_MAX_DEFAULT: u64 = 1 << 30;
+    /// Default partition count: 256 (several per core on any machine).
+    pub const PARTITIONS_DEFAULT: usize = 256;
+
+    /// A configuration with Larder's defaults for the given directory.
+    pub fn new(dir: impl Into<PathBuf>) -> Config {
+        Config {
+            dir: dir.into(),
+            durability: Durability::EverySec,
+            segment_bytes_max: Self::SEGMENT_BYTES_MAX_DEFAULT,
+            cache_bytes_max: Self::CACHE_BYTES_MAX_DEFAULT,
+            partitions: Self::PARTITIONS_DEFAULT,
+            compaction_dead_ratio_min: 0.5,
+            background_threads: true,
+        }
+    }
+}

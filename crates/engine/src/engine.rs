@@ -1,0 +1,396 @@
+//! The engine handle: opening, reads, background threads, stats, closing.
+//!
+//! Threads: an [`Engine`] is `Send + Sync`; share it (e.g. in an `Arc`) with
+//! every thread that reads or writes. Opening starts three background
+//! threads: the log's sync thread, the compactor (hint files and
+//! compaction), and the maintenance thread (delayed flushes, reclaiming
+//! flushed items, keeping the value cache within budget). Dropping the
+//! engine (or [`Engine::close`]) stops them and syncs the log.
+
+use crate::clock::{is_expired, Clock};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::fs::{Fs, OsFs};
+use crate::item::Item;
+use crate::keydir::{self, Entry, Keydir, BIT_FETCHED, BIT_REFERENCED, BIT_STALE, BIT_WIN_SENT};
+use crate::log::{CommitFuture, Log, Segments, Ticket};
+use crate::record;
+use crate::stats::{Counters, RecoveryReport, SegmentStats, Stats};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// How many times a read retries when compaction moved the value between
+/// finding the key and reading the file.
+const READ_RETRIES_MAX: usize = 8;
+
+/// Options of a read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Also set the item's expiry (get-and-touch), without rewriting it.
+    pub touch: Option<crate::clock::Expiry>,
+    /// Offer the right to recache ("win") when the item's remaining time to
+    /// live is below this many seconds.
+    pub recache_below_secs: Option<u32>,
+    /// Offer the right to recache stale items, and report whether another
+    /// client was offered it already (the meta protocol's W, X, Z flags).
+    pub claim_win: bool,
+}
+
+/// State shared by the handle and the background threads.
+pub(crate) struct Inner {
+    pub config: Config,
+    pub fs: Arc<dyn Fs>,
+    pub keydir: Keydir,
+    pub log: Arc<Log>,
+    pub segments: Arc<Segments>,
+    pub counters: Arc<Counters>,
+    pub clock: Clock,
+    pub next_seq: Arc<AtomicU64>,
+    pub flush_seq: Arc<AtomicU64>,
+    /// Unix second a delayed `flush_all` takes effect, 0 = none pending.
+    pub flush_deadline: AtomicU32,
+    /// Highest flush_seq whose items the maintenance thread has reclaimed.
+    pub flush_swept: AtomicU64,
+    /// Serialises compaction with itself (and with tests' `compact_now`).
+    pub compaction_lock: Mutex<()>,
+    pub recovery: RecoveryReport,
+    pub shutdown: AtomicBool,
+    pub closed: AtomicBool,
+    pub _dir_lock: Box<dyn Any + Send + Sync>,
+}
+
+/// A Larder storage engine over one data directory. See the crate docs.
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Opens (creating if needed) the data directory on the real file
+    /// system, recovers its contents and starts the background threads.
+    ///
+    /// Errors: [`Error::Locked`] if another process holds the directory;
+    /// [`Error::Corruption`] for damage in sealed data (the tail of the active
+    /// segment is instead cut and reported in [`Stats::recovery`]);
+    /// [`Error::Io`] if files cannot be read or created.
+    pub fn open(config: Config) -> Result<Engine> {
+        Engine::open_with(config, Arc::new(OsFs), Clock::system())
+    }
+
+    /// Opens with an explicit file system and clock (tests inject faults and
+    /// move time with these).
+    pub fn open_with(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<Engine> {
+        let background = config.background_threads;
+        let inner = Arc::new(crate::recovery::recover(config, fs, clock)?);
+        let engine = Engine {
+            inner,
+            threads: Mutex::new(Vec::new()),
+        };
+        engine.start_threads(background)?;
+        Ok(engine)
+    }
+
+    /// Starts the sync thread, and unless `background` is off, the
+    /// compactor and maintenance threads.
+    fn start_threads(&self, background: bool) -> Result<()> {
+        let mut threads = self.threads.lock();
+        let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(body)
+                .map_err(|e| Error::io(format!("starting thread {name}"), e))
+        };
+        let log = Arc::clone(&self.inner.log);
+        threads.push(spawn("larder-sync", Box::new(move || log.sync_loop()))?);
+        if !background {
+            return Ok(());
+        }
+        let inner = Arc::clone(&self.inner);
+        threads.push(spawn(
+            "larder-compact",
+            Box::new(move || crate::compaction::compactor_loop(&inner)),
+        )?);
+        let inner = Arc::clone(&self.inner);
+        threads.push(spawn(
+            "larder-maint",
+            Box::new(move || crate::maintenance::maintenance_loop(&inner)),
+        )?);
+        Ok(())
+    }
+
+    /// Reads `key`. `Ok(None)` when absent, expired or flushed.
+    ///
+    /// Errors: [`Error::Corruption`] if the value had to be read from a
+    /// segment file and failed its checksum; [`Error::Io`] if that read failed.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Item>> {
+        self.get_with(key, ReadOptions::default())
+            .map(|(item, _)| item)
+    }
+
+    /// Reads `key` with options; returns the item and the ticket to commit
+    /// when the read also wrote (a touch).
+    pub fn get_with(&self, key: &[u8], options: ReadOptions) -> Result<(Option<Item>, Ticket)> {
+        if options.touch.is_some() {
+            return self.inner.touch(key, options);
+        }
+        for _ in 0..READ_RETRIES_MAX {
+            if let Some(found) = self.inner.read_once(key, options)? {
+                return Ok((found, Ticket::NONE));
+            }
+        }
+        Err(Error::Io {
+            context: "reading a value that compaction kept moving".into(),
+            source: std::io::Error::from(std::io::ErrorKind::Interrupted),
+        })
+    }
+
+    /// Waits until the writes up to `ticket` are acknowledged under the
+    /// configured durability (see [`crate::Durability`]). Blocks the thread.
+    ///
+    /// Errors: [`Error::Io`] if the write to the OS failed (retried by the
+    /// next commit), [`Error::WritesFailing`] after a failed sync.
+    pub fn commit(&self, ticket: Ticket) -> Result<()> {
+        self.inner.log.commit(ticket)
+    }
+
+    /// [`Engine::commit`] as a future usable on any executor; it never blocks
+    /// longer than one `write(2)`.
+    pub fn commit_async(&self, ticket: Ticket) -> CommitFuture {
+        self.inner.log.commit_async(ticket)
+    }
+
+    /// Writes out and `fdatasync`s everything written so far, whatever the
+    /// durability mode.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.log.flush_and_sync()
+    }
+
+    /// The clock the engine uses.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    /// What opening the directory found.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.recovery
+    }
+
+    /// A snapshot of the engine's figures.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Runs one compaction pass now on segments whose dead fraction is at
+    /// least `dead_ratio_min`, and writes missing hint files. Returns the
+    /// number of segments compacted.
+    pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
+        crate::compaction::write_pending_hints(&self.inner)?;
+        crate::compaction::compact_pass(&self.inner, dead_ratio_min)
+    }
+
+    /// Runs the maintenance work (delayed flushes, reclaiming flushed items,
+    /// cache trimming) once now.
+    pub fn maintain_now(&self) {
+        crate::maintenance::maintain_once(&self.inner);
+    }
+
+    /// Stops the background threads and syncs the log. Further calls fail
+    /// with [`Error::Closed`]... or simply drop the engine.
+    pub fn close(self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        self.inner.log.shutdown();
+        for thread in self.threads.lock().drain(..) {
+            let _ = thread.join();
+        }
+        if self.inner.log.sync_failure().is_some() {
+            return Ok(());
+        }
+        self.inner.log.flush_and_sync()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Err(error) = self.shutdown() {
+            tracing::error!(%error, "closing the engine");
+        }
+    }
+}
+
+impl Inner {
+    /// True when `entry` holds a live item at `now`.
+    pub fn is_live(&self, entry: &Entry, now: u32) -> bool {
+        !is_expired(entry.exptime, now) && entry.cas >= self.flush_seq.load(Ordering::Acquire)
+    }
+
+    /// One attempt at a read without touch. `Ok(None)` means retry (the
+    /// value moved); `Ok(Some(None))` is a miss.
+    fn read_once(&self, key: &[u8], options: ReadOptions) -> Result<Option<Option<Item>>> {
+        let now = self.clock.now();
+        let hash = self.keydir.hash(key);
+        let table = self.keydir.partition(hash).read();
+        let Some(entry) = keydir::find(&table, hash, key) else {
+            return Ok(Some(None));
+        };
+        if !self.is_live(entry, now) {
+            return Ok(Some(None));
+        }
+        let mut item = self.describe(entry, now, options);
+        if let Some(value) = entry.cached_value() {
+            item.value = Bytes::copy_from_slice(value);
+            return Ok(Some(Some(item)));
+        }
+        let (segment_id, offset, value_len) = (entry.segment_id, entry.offset, entry.value_len);
+        drop(table);
+        let Some(value) = self.read_value(key, item.cas, segment_id, offset, value_len)? else {
+            return Ok(None);
+        };
+        self.maybe_cache(key, hash, item.cas, &value);
+        item.value = value;
+        Ok(Some(Some(item)))
+    }
+
+    /// The item's metadata (value left empty), updating access bits.
+    pub fn describe(&self, entry: &Entry, now: u32, options: ReadOptions) -> Item {
+        let before = entry
+            .bits
+            .fetch_or(BIT_FETCHED | BIT_REFERENCED, Ordering::Relaxed);
+        let last_access = entry.atime.swap(now, Ordering::Relaxed);
+        let stale = before & BIT_STALE != 0;
+        let expiring = match options.recache_below_secs {
+            Some(secs) => entry.exptime != 0 && entry.exptime.saturating_sub(now) < secs,
+            None => false,
+        };
+        let mut win = false;
+        let mut win_already_sent = false;
+        if options.claim_win && (stale || expiring) {
+            let previous = entry.bits.fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
+            win = previous & BIT_WIN_SENT == 0;
+            win_already_sent = !win;
+        } else if options.claim_win && before & BIT_WIN_SENT != 0 {
+            win_already_sent = true;
+        }
+        Item {
+            value: Bytes::new(),
+            flags: entry.flags,
+            exptime: entry.exptime,
+            cas: entry.cas,
+            last_access,
+            fetched_before: before & BIT_FETCHED != 0,
+            stale,
+            win,
+            win_already_sent,
+        }
+    }
+
+    /// Reads a value from its segment file and checks it. `Ok(None)` when the
+    /// segment is gone (compaction moved the value: retry the lookup).
+    pub fn read_value(
+        &self,
+        key: &[u8],
+        cas: u64,
+        segment_id: u32,
+        offset: u32,
+        value_len: u32,
+    ) -> Result<Option<Bytes>> {
+        let Some(segment) = self.segments.get(segment_id) else {
+            return Ok(None);
+        };
+        self.counters.disk_reads.fetch_add(1, Ordering::Relaxed);
+        let len = record::HEADER_BYTES + key.len() + value_len as usize;
+        let mut bytes = vec![0u8; len];
+        segment
+            .file
+            .read_exact_at(&mut bytes, u64::from(offset))
+            .map_err(|e| Error::io(format!("reading {} at {offset}", segment.path.display()), e))?;
+        let corrupt = |reason: String| Error::Corruption {
+            file: segment.path.clone(),
+            offset: u64::from(offset),
+            reason,
+        };
+        let header = record::decode(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if bytes.get(header.key_range()) != Some(key) || header.seq != cas {
+            return Err(corrupt(format!(
+                "record is not the expected put (seq {}, expected {cas})",
+                header.seq
+            )));
+        }
+        let value = Bytes::from(bytes).slice(header.value_range());
+        Ok(Some(value))
+    }
+
+    /// Caches a value read from disk if the budget allows and the entry is
+    /// unchanged.
+    fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
+        let budget = self.config.cache_bytes_max;
+        let cached = self.counters.cached_bytes.load(Ordering::Relaxed);
+        if cached + value.len() as u64 > budget {
+            return;
+        }
+        let mut table = self.keydir.partition(hash).write();
+        if let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) {
+            if entry.cas == cas && !entry.is_cached() {
+                entry.cache(value);
+                self.counters
+                    .cached_bytes
+                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let counters = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let segments = self.segments.all();
+        let segment_details: Vec<SegmentStats> = segments
+            .iter()
+            .map(|segment| SegmentStats {
+                id: segment.id,
+                len_bytes: segment.len_bytes.load(Ordering::Relaxed),
+                live_bytes: segment.live_bytes.load(Ordering::Relaxed),
+                sealed: segment.sealed.load(Ordering::Relaxed),
+            })
+            .collect();
+        let disk_bytes = segment_details.iter().map(|s| s.len_bytes).sum();
+        let live_bytes = segment_details.iter().map(|s| s.live_bytes).sum();
+        Stats {
+            items: load(&counters.items),
+            item_bytes: load(&counters.item_bytes),
+            cached_bytes: load(&counters.cached_bytes),
+            cache_bytes_max: self.config.cache_bytes_max,
+            disk_reads: load(&counters.disk_reads),
+            segments: segment_details.len() as u64,
+            disk_bytes,
+            live_bytes,
+            dead_bytes: disk_bytes - live_bytes.min(disk_bytes),
+            segment_details,
+            log_bytes_written: load(&counters.log_bytes_written),
+            write_errors: load(&counters.write_errors),
+            sync_failure: self.log.sync_failure(),
+            fsyncs: load(&counters.fsyncs),
+            fsync_micros_total: load(&counters.fsync_micros_total),
+            fsync_micros_max: load(&counters.fsync_micros_max),
+            group_commits: load(&counters.group_commits),
+            group_commit_writers: load(&counters.group_commit_writers),
+            group_commit_writers_max: load(&counters.group_commit_writers_max),
+            compactions: load(&counters.compactions),
+            compaction_bytes_read: load(&counters.compaction_bytes_read),
+            compaction_bytes_written: load(&counters.compaction_bytes_written),
+            reclaimed_items: load(&counters.reclaimed_items),
+            cache_evictions: load(&counters.cache_evictions),
+            next_cas: self.next_seq.load(Ordering::Relaxed),
+            recovery: self.recovery.clone(),
+        }
+    }
+}

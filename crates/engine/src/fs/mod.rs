@@ -1,0 +1,78 @@
+//! The file system seen by the engine.
+//!
+//! Every byte the engine reads or writes goes through [`Fs`] and [`FsFile`], so
+//! tests can swap the real file system ([`OsFs`]) for one that lives in memory
+//! and can lose whatever was not yet synced, tear a write, or fail with
+//! `ENOSPC`/`EIO` on demand ([`MemFs`]).
+//!
+//! Both traits are object safe and `Send + Sync`: one `Arc<dyn Fs>` is shared by
+//! the writer, the flusher, the compactor and every reader thread. Paths are
+//! always absolute or relative to the process's working directory; the engine
+//! only ever names files inside its data directory.
+//!
+//! What "durable" means here: data written with [`FsFile::write_at`] is only
+//! guaranteed to survive a power cut after [`FsFile::sync_data`] returns `Ok`;
+//! a file's creation, removal or rename only after [`Fs::sync_dir`] on its
+//! directory returns `Ok`. A failed sync leaves the file in an unknown state;
+//! callers must not retry it as if nothing happened.
+
+mod mem;
+mod os;
+
+pub use mem::{FaultKind, MemFs};
+pub use os::OsFs;
+
+use std::any::Any;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A file opened through an [`Fs`]. Positional reads and writes only: the
+/// engine tracks offsets itself, so no cursor is shared between threads.
+#[expect(
+    clippy::len_without_is_empty,
+    reason = "a file's length is an I/O query, not a collection size"
+)]
+pub trait FsFile: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `offset`; `UnexpectedEof` if the
+    /// file is shorter.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes every write that returned before this call durable (fdatasync).
+    fn sync_data(&self) -> io::Result<()>;
+    /// The current length of the file in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Truncates or extends the file to `len` bytes. Not durable until
+    /// [`FsFile::sync_data`].
+    fn set_len(&self, len: u64) -> io::Result<()>;
+}
+
+/// A file system: the operations on names the engine needs.
+pub trait Fs: Send + Sync {
+    /// Creates a new empty file, failing if it exists. The name is durable
+    /// only after [`Fs::sync_dir`].
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn FsFile>>;
+    /// Opens an existing file for reading, and for writing if `writable`.
+    fn open(&self, path: &Path, writable: bool) -> io::Result<Arc<dyn FsFile>>;
+    /// Removes a file. Durable only after [`Fs::sync_dir`].
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically renames `from` to `to`, replacing `to`. Durable only after
+    /// [`Fs::sync_dir`].
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// The names (not paths) of the files in `dir`, in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Makes the directory's entries (creations, removals, renames) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Creates `dir` and its parents if missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on `path` (creating it), held until the
+    /// returned guard is dropped. Fails with `WouldBlock` if another holder
+    /// (another process, for [`OsFs`]) has it.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
+}
+
+/// Joins a file name to a directory; a tiny helper so call sites read well.
+pub(crate) fn join(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}

@@ -1,0 +1,579 @@
+//! The write-ahead log: appends records to the active segment, rotates
+//! segments, and makes writes durable according to the [`Durability`] mode.
+//!
+//! Threads: any writer thread calls [`Log::append`] (with its partition lock
+//! held) and later [`Log::commit`]; one sync thread, started by the engine,
+//! runs [`Log::sync_loop`]. Appends go to an in-memory buffer under the log
+//! lock (O(record) work); the buffer is handed to the OS by whoever commits
+//! first, or by the sync thread, and `fdatasync`ed by the sync thread.
+//!
+//! Positions are log sequence numbers: `segment_id << 32 | offset`, so they
+//! grow across segments. Invariants: `synced <= written <= end` of the log.
+//!
+//! Failure: a failed `write` keeps the buffer, so the next commit retries it
+//! (a `pwrite` at the same offset is idempotent). A failed `fdatasync` is
+//! sticky: the engine cannot know which pages reached the disk, so every later
+//! commit fails until the engine is reopened and recovery rereads the log.
+
+use crate::config::Durability;
+use crate::error::{Error, Result};
+use crate::fs::{join, Fs};
+use crate::segment::{self, Origin, Segment, SegmentHeader};
+use crate::stats::Counters;
+use parking_lot::{Condvar, Mutex};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Past this many buffered bytes an append writes the buffer out itself.
+const BUFFER_BYTES_SOFT_MAX: usize = 1 << 20;
+/// Past this many buffered bytes (writes keep failing) appends are refused.
+const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
+/// How often the sync thread syncs in `everysec` mode.
+const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A position in the log; a write is durable once the log is synced past
+/// its ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[must_use = "a write is only acknowledged once its ticket is committed"]
+pub struct Ticket(pub(crate) u64);
+
+impl Ticket {
+    /// The ticket of an operation that wrote nothing.
+    pub const NONE: Ticket = Ticket(0);
+
+    /// The later of two tickets: committing it commits both.
+    pub fn max(self, other: Ticket) -> Ticket {
+        std::cmp::max_by_key(self, other, |ticket| ticket.0)
+    }
+}
+
+/// Log sequence number of `offset` in segment `id`.
+pub fn lsn(id: u32, offset: u64) -> u64 {
+    (u64::from(id) << 32) | offset
+}
+
+/// Segments by id, shared by the log, readers and the compactor.
+pub struct Segments {
+    map: parking_lot::RwLock<std::collections::BTreeMap<u32, Arc<Segment>>>,
+    next_id: std::sync::atomic::AtomicU32,
+}
+
+impl Segments {
+    /// An empty registry whose next new segment id is `next_id`.
+    pub fn new(next_id: u32) -> Segments {
+        Segments {
+            map: parking_lot::RwLock::new(Default::default()),
+            next_id: std::sync::atomic::AtomicU32::new(next_id),
+        }
+    }
+
+    /// The segment with this id, if it still exists.
+    pub fn get(&self, id: u32) -> Option<Arc<Segment>> {
+        self.map.read().get(&id).cloned()
+    }
+
+    /// Registers a segment.
+    pub fn insert(&self, segment: Arc<Segment>) {
+        self.map.write().insert(segment.id, segment);
+    }
+
+    /// Forgets a segment (its file is removed by the caller).
+    pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
+        self.map.write().remove(&id)
+    }
+
+    /// A snapshot of all segments in id order.
+    pub fn all(&self) -> Vec<Arc<Segment>> {
+        self.map.read().values().cloned().collect()
+    }
+
+    /// Allocates a fresh segment id.
+    pub fn allocate_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Creates a new segment file with its header, syncing file and directory
+/// unless durability is `None`.
+pub fn create_segment(
+    fs: &dyn Fs,
+    dir: &std::path::Path,
+    header: SegmentHeader,
+    durability: Durability,
+) -> Result<Arc<Segment>> {
+    let path = join(dir, &segment::segment_name(header.id));
+    let file = fs
+        .create(&path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    file.write_all_at(&header.encode(), 0)
+        .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))?;
+    if durability != Durability::None {
+        file.sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+        fs.sync_dir(dir)
+            .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    }
+    Ok(Arc::new(Segment::new(
+        path,
+        file,
+        header,
+        u64::from(segment::HEADER_BYTES),
+    )))
+}
+
+struct LogState {
+    active: Arc<Segment>,
+    /// Logical end of the active segment, buffered bytes included.
+    end: u64,
+    /// Bytes of the active segment handed to the OS.
+    written: u64,
+    /// Bytes `[written, end)` of the active segment.
+    buffer: Vec<u8>,
+    /// The last write-out error, cleared by the next successful one.
+    write_error: Option<String>,
+}
+
+struct SyncState {
+    /// Highest LSN any committer waits for.
+    requested: u64,
+    /// Set when an `fdatasync` failed; never cleared.
+    failed: Option<String>,
+    /// Async committers to wake once `synced` passes their LSN.
+    wakers: Vec<(u64, Waker)>,
+    /// Committers that started waiting since the last sync began: the size
+    /// of the next group commit.
+    waiting: u64,
+    shutdown: bool,
+}
+
+/// The log. See the module documentation.
+pub struct Log {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    durability: Durability,
+    segment_bytes_max: u64,
+    segments: Arc<Segments>,
+    counters: Arc<Counters>,
+    state: Mutex<LogState>,
+    written_lsn: AtomicU64,
+    synced_lsn: AtomicU64,
+    sync: Mutex<SyncState>,
+    sync_wanted: Condvar,
+    sync_done: Condvar,
+    /// Ids of sealed segments that still need a hint file.
+    sealed: Mutex<Vec<u32>>,
+    /// `flush_seq` to stamp on new segment headers.
+    flush_seq: Arc<AtomicU64>,
+    /// Next seq to hand out (stamped on new segment headers).
+    next_seq: Arc<AtomicU64>,
+}
+
+impl Log {
+    /// A log appending to `active`, whose first `len` bytes are on disk.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        fs: Arc<dyn Fs>,
+        dir: PathBuf,
+        durability: Durability,
+        segment_bytes_max: u32,
+        segments: Arc<Segments>,
+        counters: Arc<Counters>,
+        active: Arc<Segment>,
+        len: u64,
+        flush_seq: Arc<AtomicU64>,
+        next_seq: Arc<AtomicU64>,
+    ) -> Log {
+        let position = lsn(active.id, len);
+        Log {
+            fs,
+            dir,
+            durability,
+            segment_bytes_max: u64::from(segment_bytes_max),
+            segments,
+            counters,
+            state: Mutex::new(LogState {
+                active,
+                end: len,
+                written: len,
+                buffer: Vec::new(),
+                write_error: None,
+            }),
+            written_lsn: AtomicU64::new(position),
+            synced_lsn: AtomicU64::new(position),
+            sync: Mutex::new(SyncState {
+                requested: 0,
+                failed: None,
+                wakers: Vec::new(),
+                waiting: 0,
+                shutdown: false,
+            }),
+            sync_wanted: Condvar::new(),
+            sync_done: Condvar::new(),
+            sealed: Mutex::new(Vec::new()),
+            flush_seq,
+            next_seq,
+        }
+    }
+
+    /// Refuses new writes while the log cannot accept them: after a failed
+    /// sync, or while writes keep failing and the buffer is full.
+    pub fn check_writable(&self) -> Result<()> {
+        if let Some(reason) = &self.sync.lock().failed {
+            return Err(Error::WritesFailing(reason.clone()));
+        }
+        let state = self.state.lock();
+        if state.buffer.len() > BUFFER_BYTES_HARD_MAX {
+            let reason = state.write_error.clone().unwrap_or_default();
+            return Err(Error::WritesFailing(format!(
+                "write buffer full ({} bytes) because writes fail: {reason}",
+                state.buffer.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends `len` bytes of records produced by `encode` (which must write
+    /// exactly `len` bytes). Returns the segment and offset they start at and
+    /// the ticket to commit. The records are readable through the keydir's
+    /// cached values at once; they reach the OS at the next commit.
+    pub fn append(
+        &self,
+        len: u64,
+        encode: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(Arc<Segment>, u32, Ticket)> {
+        let mut state = self.state.lock();
+        let header = u64::from(segment::HEADER_BYTES);
+        if state.end + len > self.segment_bytes_max && state.end > header {
+            self.rotate(&mut state)?;
+        }
+        if state.end + len > u64::from(u32::MAX) {
+            return Err(Error::TooLarge(format!(
+                "a record of {len} bytes does not fit a segment (4 GiB at most)"
+            )));
+        }
+        let before = state.buffer.len();
+        encode(&mut state.buffer);
+        assert_eq!((state.buffer.len() - before) as u64, len);
+        let offset = state.end as u32;
+        state.end += len;
+        let segment = Arc::clone(&state.active);
+        segment.len_bytes.store(state.end, Ordering::Relaxed);
+        let ticket = Ticket(lsn(segment.id, state.end));
+        if state.buffer.len() > BUFFER_BYTES_SOFT_MAX {
+            // A failure here is retried by the next commit, which reports it.
+            let _ = self.write_out(&mut state);
+        }
+        Ok((segment, offset, ticket))
+    }
+
+    /// Hands the buffer to the OS.
+    fn write_out(&self, state: &mut LogState) -> Result<()> {
+        if state.buffer.is_empty() {
+            return Ok(());
+        }
+        let result = state.active.file.write_all_at(&state.buffer, state.written);
+        if let Err(error) = result {
+            let error = Error::io(format!("writing to {}", state.active.path.display()), error);
+            state.write_error = Some(error.to_string());
+            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+            return Err(error);
+        }
+        self.counters
+            .log_bytes_written
+            .fetch_add(state.buffer.len() as u64, Ordering::Relaxed);
+        state.written = state.end;
+        state.buffer.clear();
+        if state.buffer.capacity() > 4 * BUFFER_BYTES_SOFT_MAX {
+            state.buffer.shrink_to(BUFFER_BYTES_SOFT_MAX);
+        }
+        state.write_error = None;
+        self.written_lsn
+            .fetch_max(lsn(state.active.id, state.written), Ordering::Release);
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one.
+    fn rotate(&self, state: &mut LogState) -> Result<()> {
+        self.write_out(state)?;
+        let old = Arc::clone(&state.active);
+        if self.durability != Durability::None {
+            self.sync_file(&old)?;
+        }
+        let header = SegmentHeader {
+            origin: Origin::Log,
+            id: self.segments.allocate_id(),
+            seq_at_creation: self.next_seq.load(Ordering::SeqCst),
+            flush_seq: self.flush_seq.load(Ordering::SeqCst),
+        };
+        let new = create_segment(&*self.fs, &self.dir, header, self.durability)?;
+        self.segments.insert(Arc::clone(&new));
+        old.sealed.store(true, Ordering::Release);
+        self.sealed.lock().push(old.id);
+        state.active = new;
+        state.end = u64::from(segment::HEADER_BYTES);
+        state.written = state.end;
+        let start = lsn(state.active.id, state.end);
+        self.written_lsn.fetch_max(start, Ordering::Release);
+        if self.durability != Durability::None {
+            self.mark_synced(start);
+        }
+        self.counters
+            .segments_sealed
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `fdatasync` of one file, recording a failure as sticky.
+    fn sync_file(&self, segment: &Segment) -> Result<()> {
+        let started = Instant::now();
+        let result = segment.file.sync_data();
+        self.counters.record_fsync(started.elapsed());
+        result.map_err(|error| {
+            let error = Error::io(format!("syncing {}", segment.path.display()), error);
+            let mut sync = self.sync.lock();
+            sync.failed.get_or_insert_with(|| error.to_string());
+            for (_, waker) in sync.wakers.drain(..) {
+                waker.wake();
+            }
+            self.sync_done.notify_all();
+            error
+        })
+    }
+
+    fn mark_synced(&self, position: u64) {
+        self.synced_lsn.fetch_max(position, Ordering::Release);
+        let mut sync = self.sync.lock();
+        let synced = self.synced_lsn.load(Ordering::Acquire);
+        sync.wakers.retain(|(wanted, waker)| {
+            if *wanted <= synced {
+                waker.wake_by_ref();
+                false
+            } else {
+                true
+            }
+        });
+        self.sync_done.notify_all();
+    }
+
+    /// Takes ids of sealed segments that need hint files.
+    pub fn take_sealed(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.sealed.lock())
+    }
+
+    /// The id of the active segment.
+    pub fn active_id(&self) -> u32 {
+        self.state.lock().active.id
+    }
+
+    /// Everything appended so far has reached the OS (and, for records in
+    /// memory only, may be dropped from the cache) up to this LSN.
+    pub fn written_lsn(&self) -> u64 {
+        self.written_lsn.load(Ordering::Acquire)
+    }
+
+    /// Position up to which the log is synced (`written_lsn` with `None`).
+    pub fn stable_lsn(&self) -> u64 {
+        match self.durability {
+            Durability::None => self.written_lsn(),
+            _ => self.synced_lsn.load(Ordering::Acquire),
+        }
+    }
+
+    /// Waits until `ticket` is acknowledged under the durability mode:
+    /// written to the OS, and for `Always` synced. Blocks the thread.
+    pub fn commit(&self, ticket: Ticket) -> Result<()> {
+        if ticket == Ticket::NONE {
+            return Ok(());
+        }
+        self.ensure_written(ticket)?;
+        if self.durability != Durability::Always {
+            return Ok(());
+        }
+        let mut sync = self.sync.lock();
+        let mut counted = false;
+        loop {
+            if let Some(reason) = &sync.failed {
+                return Err(Error::WritesFailing(reason.clone()));
+            }
+            if self.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
+                return Ok(());
+            }
+            if !counted {
+                sync.waiting += 1;
+                counted = true;
+            }
+            sync.requested = sync.requested.max(ticket.0);
+            self.sync_wanted.notify_one();
+            self.sync_done.wait(&mut sync);
+        }
+    }
+
+    /// Writes the buffer out if `ticket` is not yet written.
+    fn ensure_written(&self, ticket: Ticket) -> Result<()> {
+        if self.written_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return Ok(());
+        }
+        let mut state = self.state.lock();
+        if self.written_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return Ok(());
+        }
+        self.write_out(&mut state)
+    }
+
+    /// The same as [`Log::commit`] without blocking: the future resolves when
+    /// the ticket is acknowledged. Works on any executor.
+    pub fn commit_async(self: &Arc<Self>, ticket: Ticket) -> CommitFuture {
+        CommitFuture {
+            log: Arc::clone(self),
+            ticket,
+            written: false,
+            waiting: false,
+        }
+    }
+
+    /// The sync thread's body: syncs when asked (`Always`), once a second
+    /// (`EverySec`), or only writes buffers out (`None`). Returns at shutdown.
+    pub fn sync_loop(&self) {
+        let mut last_sync = Instant::now();
+        loop {
+            {
+                let mut sync = self.sync.lock();
+                if sync.shutdown {
+                    return;
+                }
+                let pending = sync.requested > self.synced_lsn.load(Ordering::Acquire);
+                if !pending || sync.failed.is_some() {
+                    let wait = SYNC_INTERVAL.saturating_sub(last_sync.elapsed());
+                    if self.durability == Durability::Always || wait > Duration::ZERO {
+                        self.sync_wanted
+                            .wait_for(&mut sync, wait.max(Duration::from_millis(1)));
+                    }
+                    if sync.shutdown {
+                        return;
+                    }
+                    let pending = sync.requested > self.synced_lsn.load(Ordering::Acquire);
+                    let due = last_sync.elapsed() >= SYNC_INTERVAL;
+                    if !(pending || due) || sync.failed.is_some() {
+                        continue;
+                    }
+                }
+            }
+            last_sync = Instant::now();
+            // Errors are recorded (sticky for sync) and reported to committers.
+            let _ = self.sync_round();
+        }
+    }
+
+    /// Writes the buffer out and, unless durability is `None`, syncs the
+    /// active segment; then wakes committers the sync covered.
+    pub fn sync_round(&self) -> Result<()> {
+        let (segment, position) = {
+            let mut state = self.state.lock();
+            let written = self.write_out(&mut state);
+            if let Err(error) = written {
+                drop(state);
+                self.wake_all();
+                return Err(error);
+            }
+            (
+                Arc::clone(&state.active),
+                lsn(state.active.id, state.written),
+            )
+        };
+        if self.durability == Durability::None {
+            return Ok(());
+        }
+        if self.synced_lsn.load(Ordering::Acquire) >= position {
+            return Ok(());
+        }
+        let waiting = std::mem::take(&mut self.sync.lock().waiting);
+        self.sync_file(&segment)?;
+        self.counters.record_group_commit(waiting.max(1));
+        self.mark_synced(position);
+        Ok(())
+    }
+
+    fn wake_all(&self) {
+        let mut sync = self.sync.lock();
+        for (_, waker) in sync.wakers.drain(..) {
+            waker.wake();
+        }
+        self.sync_done.notify_all();
+    }
+
+    /// Writes out and syncs everything appended so far (all modes). Used at
+    /// close and by callers who want a durable point.
+    pub fn flush_and_sync(&self) -> Result<()> {
+        let segment = {
+            let mut state = self.state.lock();
+            self.write_out(&mut state)?;
+            Arc::clone(&state.active)
+        };
+        let position = self.written_lsn();
+        self.sync_file(&segment)?;
+        self.mark_synced(position);
+        Ok(())
+    }
+
+    /// Stops the sync thread.
+    pub fn shutdown(&self) {
+        self.sync.lock().shutdown = true;
+        self.sync_wanted.notify_all();
+    }
+
+    /// The sticky sync failure, if any.
+    pub fn sync_failure(&self) -> Option<String> {
+        self.sync.lock().failed.clone()
+    }
+}
+
+/// Resolves when a ticket is acknowledged; see [`Log::commit_async`].
+pub struct CommitFuture {
+    log: Arc<Log>,
+    ticket: Ticket,
+    written: bool,
+    waiting: bool,
+}
+
+impl Future for CommitFuture {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let ticket = self.ticket;
+        if ticket == Ticket::NONE {
+            return Poll::Ready(Ok(()));
+        }
+        if !self.written {
+            // A write(2) to the page cache: short enough to do inline.
+            if let Err(error) = self.log.ensure_written(ticket) {
+                return Poll::Ready(Err(error));
+            }
+            self.written = true;
+        }
+        if self.log.durability != Durability::Always {
+            return Poll::Ready(Ok(()));
+        }
+        let log = &self.log;
+        let mut sync = log.sync.lock();
+        if let Some(reason) = &sync.failed {
+            return Poll::Ready(Err(Error::WritesFailing(reason.clone())));
+        }
+        if log.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return Poll::Ready(Ok(()));
+        }
+        sync.requested = sync.requested.max(ticket.0);
+        if !self.waiting {
+            sync.waiting += 1;
+        }
+        sync.wakers.push((ticket.0, cx.waker().clone()));
+        log.sync_wanted.notify_one();
+        drop(sync);
+        self.waiting = true;
+        Poll::Pending
+    }
+}

@@ -1,0 +1,204 @@
+//! The maintenance thread: delayed `flush_all`, reclaiming flushed and
+//! expired items, and keeping cached values within the memory budget.
+//!
+//! Every pass takes one partition lock at a time, so foreground work waits at
+//! most for one partition's walk.
+
+use crate::engine::Inner;
+use crate::keydir::{Table, BIT_REFERENCED};
+use crate::log::lsn;
+use crate::record::{Header, Kind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// How often the maintenance thread wakes.
+const TICK: Duration = Duration::from_millis(100);
+/// Partitions walked per tick looking for expired items (all of them every
+/// few seconds with the default 256 partitions).
+const EXPIRY_PARTITIONS_PER_TICK: usize = 8;
+/// Expired items reclaimed per partition per walk (bounds lock hold time).
+const EXPIRED_PER_PARTITION_MAX: usize = 1024;
+
+static EXPIRY_HAND: AtomicUsize = AtomicUsize::new(0);
+static CACHE_HAND: AtomicUsize = AtomicUsize::new(0);
+
+/// The maintenance thread's body; returns at shutdown.
+pub fn maintenance_loop(inner: &Inner) {
+    while !inner.shutdown.load(Ordering::Acquire) {
+        maintain_once(inner);
+        std::thread::sleep(TICK);
+    }
+}
+
+/// One round of all maintenance work.
+pub fn maintain_once(inner: &Inner) {
+    activate_due_flush(inner);
+    sweep_flushed(inner);
+    sweep_expired(inner);
+    trim_cache(inner);
+}
+
+/// Carries out a delayed `flush_all` whose time has come.
+fn activate_due_flush(inner: &Inner) {
+    let deadline = inner.flush_deadline.load(Ordering::Acquire);
+    if deadline == 0 || deadline > inner.clock.now() {
+        return;
+    }
+    if inner
+        .flush_deadline
+        .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+    let header = flush_header(seq);
+    match inner.log.append(header.record_len(), |buf| {
+        crate::record::encode(buf, &header, &[], &[])
+    }) {
+        Ok(_) => {
+            inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+        }
+        Err(error) => {
+            tracing::error!(%error, "recording a delayed flush_all; retrying");
+            inner.flush_deadline.store(deadline, Ordering::Release);
+        }
+    }
+}
+
+fn flush_header(seq: u64) -> Header {
+    Header {
+        kind: Kind::Flush,
+        batch_continues: false,
+        stale: false,
+        key_len: 0,
+        value_len: 0,
+        flags: 0,
+        exptime: 0,
+        seq,
+    }
+}
+
+/// Removes items hidden by a flush from the keydir (their records become
+/// dead bytes for compaction).
+fn sweep_flushed(inner: &Inner) {
+    let flush_seq = inner.flush_seq.load(Ordering::Acquire);
+    if inner.flush_swept.load(Ordering::Acquire) >= flush_seq {
+        return;
+    }
+    for index in 0..inner.keydir.len() {
+        let mut table = inner.keydir.partition_at(index).write();
+        let reclaimed = remove_where(inner, &mut table, |entry| entry.cas < flush_seq);
+        inner
+            .counters
+            .reclaimed_items
+            .fetch_add(reclaimed, Ordering::Relaxed);
+    }
+    inner.flush_swept.fetch_max(flush_seq, Ordering::AcqRel);
+}
+
+fn remove_where(
+    inner: &Inner,
+    table: &mut Table,
+    dead: impl Fn(&crate::keydir::Entry) -> bool,
+) -> u64 {
+    let mut removed = 0;
+    table.retain(|entry| {
+        if !dead(entry) {
+            return true;
+        }
+        inner.release_entry(entry);
+        removed += 1;
+        false
+    });
+    inner.counters.items.fetch_sub(removed, Ordering::Relaxed);
+    removed
+}
+
+/// Reclaims expired items: each gets a tombstone in the log (so no older
+/// put of the key can come back at recovery) and leaves the keydir.
+fn sweep_expired(inner: &Inner) {
+    let now = inner.clock.now();
+    let partitions = inner.keydir.len();
+    for _ in 0..EXPIRY_PARTITIONS_PER_TICK.min(partitions) {
+        let index = EXPIRY_HAND.fetch_add(1, Ordering::Relaxed) % partitions;
+        let mut table = inner.keydir.partition_at(index).write();
+        let expired: Vec<Vec<u8>> = table
+            .iter()
+            .filter(|entry| crate::clock::is_expired(entry.exptime, now))
+            .take(EXPIRED_PER_PARTITION_MAX)
+            .map(|entry| entry.key().to_vec())
+            .collect();
+        for key in expired {
+            if inner.log.check_writable().is_err() {
+                return;
+            }
+            let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+            let header = Header {
+                kind: Kind::Delete,
+                key_len: key.len() as u16,
+                seq,
+                ..flush_header(seq)
+            };
+            let appended = inner.log.append(header.record_len(), |buf| {
+                crate::record::encode(buf, &header, &key, &[])
+            });
+            let Ok((segment, _, _)) = appended else {
+                return;
+            };
+            segment.note_seq(seq);
+            let hash = inner.keydir.hash(&key);
+            if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
+                let (entry, _) = found.remove();
+                inner.release_entry(&entry);
+                inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+                inner
+                    .counters
+                    .reclaimed_items
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Drops cached values (keys and locations stay) until the cache is under
+/// budget, sparing values read since the last pass (a clock sweep) and
+/// values whose record may not yet be on disk.
+fn trim_cache(inner: &Inner) {
+    let budget = inner.config.cache_bytes_max;
+    if inner.counters.cached_bytes.load(Ordering::Relaxed) <= budget {
+        return;
+    }
+    let target = budget - budget / 10;
+    let active_id = inner.log.active_id();
+    let stable = inner.log.stable_lsn();
+    let partitions = inner.keydir.len();
+    for _ in 0..partitions * 2 {
+        if inner.counters.cached_bytes.load(Ordering::Relaxed) <= target {
+            return;
+        }
+        let index = CACHE_HAND.fetch_add(1, Ordering::Relaxed) % partitions;
+        let mut table = inner.keydir.partition_at(index).write();
+        for entry in table.iter_mut() {
+            if !entry.is_cached() {
+                continue;
+            }
+            if entry.bits.fetch_and(!BIT_REFERENCED, Ordering::Relaxed) & BIT_REFERENCED != 0 {
+                continue;
+            }
+            let end = u64::from(entry.offset) + entry.record_len();
+            if entry.segment_id == active_id && lsn(active_id, end) > stable {
+                continue;
+            }
+            entry.uncache();
+            inner
+                .counters
+                .cached_bytes
+                .fetch_sub(u64::from(entry.value_len), Ordering::Relaxed);
+            inner
+                .counters
+                .cache_evictions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,650 @@
+//! The write operations: store, delete, touch, incr/decr, flush_all, batch.
+//!
+//! Each takes the key's partition write lock, decides with memcached's rules
+//! against the live item, appends its record to the log and updates the
+//! keydir before releasing the lock, so the log order of one key's records is
+//! the order of its writes. The caller then commits the returned [`Ticket`]
+//! before acknowledging (see [`Engine::commit`]).
+
+use crate::clock::Expiry;
+use crate::engine::{Engine, Inner, ReadOptions};
+use crate::error::{Error, Result};
+use crate::item::{Arith, ArithOutcome, BatchOp, DeleteOutcome, Item, StoreMode, StoreOutcome};
+use crate::keydir::{Entry, Table, BIT_STALE, BIT_WIN_SENT};
+use crate::log::Ticket;
+use crate::record::{self, Header, Kind, KEY_BYTES_MAX};
+use crate::segment::Segment;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Where a put landed and what it carries besides key and value.
+struct PutMeta {
+    seq: u64,
+    segment: Arc<Segment>,
+    offset: u32,
+    flags: u32,
+    exptime: u32,
+    stale: bool,
+}
+
+fn put_header(key: &[u8], value: &[u8], flags: u32, exptime: u32, seq: u64, stale: bool) -> Header {
+    Header {
+        kind: Kind::Put,
+        batch_continues: false,
+        stale,
+        key_len: key.len() as u16,
+        value_len: value.len() as u32,
+        flags,
+        exptime,
+        seq,
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        return Err(Error::TooLarge(format!(
+            "key of {} bytes: keys are 1 to {KEY_BYTES_MAX} bytes",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_value(value_len: usize) -> Result<()> {
+    if u32::try_from(value_len).is_err() {
+        return Err(Error::TooLarge(format!(
+            "value of {value_len} bytes: values are at most 4 GiB"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses a counter the way memcached's `safe_strtoull` does: optional
+/// leading white space and sign, decimal digits, then white space or the end.
+fn parse_counter(value: &[u8]) -> Option<u64> {
+    let mut rest = value;
+    while let [first, tail @ ..] = rest {
+        if !first.is_ascii_whitespace() {
+            break;
+        }
+        rest = tail;
+    }
+    let negative = rest.first() == Some(&b'-');
+    if matches!(rest.first(), Some(b'-' | b'+')) {
+        rest = rest.get(1..).unwrap_or_default();
+    }
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut number: u64 = 0;
+    for digit in rest.iter().take(digits) {
+        number = number
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
+    }
+    match rest.get(digits) {
+        None => {}
+        Some(next) if next.is_ascii_whitespace() => {}
+        Some(_) => return None,
+    }
+    if negative && number != 0 {
+        return None;
+    }
+    Some(number)
+}
+
+/// The new counter bytes: memcached rewrites a shorter number in place,
+/// padded with spaces to the old length.
+fn format_counter(number: u64, old_len: usize) -> Vec<u8> {
+    let mut text = number.to_string().into_bytes();
+    if text.len() < old_len {
+        text.resize(old_len, b' ');
+    }
+    text
+}
+
+impl Inner {
+    /// Forgets the bytes an entry's current put accounts for.
+    pub(crate) fn release_entry(&self, entry: &Entry) {
+        if let Some(segment) = self.segments.get(entry.segment_id) {
+            segment.sub_live(entry.record_len());
+        }
+        self.counters
+            .item_bytes
+            .fetch_sub(entry.item_bytes(), Ordering::Relaxed);
+        if entry.is_cached() {
+            self.counters
+                .cached_bytes
+                .fetch_sub(u64::from(entry.value_len), Ordering::Relaxed);
+        }
+    }
+
+    /// Points the keydir at a put just appended (value cached: it may not
+    /// have reached the file yet).
+    fn install_put(&self, table: &mut Table, hash: u64, key: &[u8], value: &[u8], meta: &PutMeta) {
+        let now = self.clock.now();
+        let value_len = value.len() as u32;
+        let record_len = record::HEADER_BYTES as u64 + key.len() as u64 + u64::from(value_len);
+        meta.segment.add_live(record_len);
+        meta.segment.note_seq(meta.seq);
+        if let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) {
+            self.release_entry(entry);
+            entry.replace(
+                Some(value),
+                meta.seq,
+                meta.segment.id,
+                meta.offset,
+                value_len,
+                meta.flags,
+                meta.exptime,
+                meta.stale,
+            );
+            entry.atime.store(now, Ordering::Relaxed);
+        } else {
+            let entry = Entry::new(
+                key,
+                Some(value),
+                meta.seq,
+                meta.segment.id,
+                meta.offset,
+                value_len,
+                meta.flags,
+                meta.exptime,
+                now,
+            );
+            if meta.stale {
+                entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+            }
+            table.insert_unique(hash, entry, self.keydir.rehasher());
+            self.counters.items.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters
+            .item_bytes
+            .fetch_add(key.len() as u64 + u64::from(value_len), Ordering::Relaxed);
+        self.counters
+            .cached_bytes
+            .fetch_add(u64::from(value_len), Ordering::Relaxed);
+    }
+
+    /// Appends a put and installs it. The partition lock of `key` is held.
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &self,
+        table: &mut Table,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime: u32,
+        stale: bool,
+    ) -> Result<(u64, Ticket)> {
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let header = put_header(key, value, flags, exptime, seq, stale);
+        let (segment, offset, ticket) = self.log.append(header.record_len(), |buf| {
+            record::encode(buf, &header, key, value)
+        })?;
+        let meta = PutMeta {
+            seq,
+            segment,
+            offset,
+            flags,
+            exptime,
+            stale,
+        };
+        self.install_put(table, hash, key, value, &meta);
+        Ok((seq, ticket))
+    }
+
+    /// Appends a record that is not a put (delete, touch, flush); such
+    /// records hold no live bytes.
+    fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
+        let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
+            record::encode(buf, header, key, value)
+        })?;
+        segment.note_seq(header.seq);
+        Ok(ticket)
+    }
+
+    /// The current value of a live entry: cached, or read from its segment.
+    /// The entry's partition lock is held, so compaction cannot move it.
+    fn current_value(&self, entry: &Entry) -> Result<Vec<u8>> {
+        if let Some(value) = entry.cached_value() {
+            return Ok(value.to_vec());
+        }
+        let value = self.read_value(
+            entry.key(),
+            entry.cas,
+            entry.segment_id,
+            entry.offset,
+            entry.value_len,
+        )?;
+        value
+            .map(|value| value.to_vec())
+            .ok_or_else(|| Error::Corruption {
+                file: self.config.dir.clone(),
+                offset: u64::from(entry.offset),
+                reason: format!("segment {} of a live item is missing", entry.segment_id),
+            })
+    }
+
+    /// Get-and-touch: sets the expiry of a live item with a touch record
+    /// (the value is not rewritten) and returns the item.
+    pub fn touch(&self, key: &[u8], options: ReadOptions) -> Result<(Option<Item>, Ticket)> {
+        check_key(key)?;
+        let expiry = options.touch.unwrap_or(Expiry::Never);
+        self.log.check_writable()?;
+        let now = self.clock.now();
+        let hash = self.keydir.hash(key);
+        let mut table = self.keydir.partition(hash).write();
+        let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) else {
+            return Ok((None, Ticket::NONE));
+        };
+        if !self.is_live(entry, now) {
+            return Ok((None, Ticket::NONE));
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let target = entry.cas.to_le_bytes();
+        let header = Header {
+            kind: Kind::Touch,
+            batch_continues: false,
+            stale: entry.has(BIT_STALE),
+            key_len: key.len() as u16,
+            value_len: target.len() as u32,
+            flags: 0,
+            exptime: expiry.stored(),
+            seq,
+        };
+        let ticket = self.append_other(&header, key, &target)?;
+        entry.exptime = expiry.stored();
+        let mut item = self.describe(entry, now, options);
+        item.exptime = entry.exptime;
+        item.value = bytes::Bytes::from(self.current_value(entry)?);
+        Ok((Some(item), ticket))
+    }
+}
+
+impl Engine {
+    /// Stores a value with memcached's set/add/replace/append/prepend/cas
+    /// semantics. Append and prepend keep the item's flags and expiry.
+    ///
+    /// The write is visible to readers at once and acknowledged once
+    /// [`Engine::commit`] of the returned ticket returns.
+    ///
+    /// Errors: [`Error::TooLarge`] for an empty or over-long key or a value
+    /// over 4 GiB; [`Error::WritesFailing`] while the log refuses writes.
+    pub fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        expiry: Expiry,
+    ) -> Result<(StoreOutcome, Ticket)> {
+        let inner = &*self.inner;
+        check_key(key)?;
+        check_value(value.len())?;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let hash = inner.keydir.hash(key);
+        let mut table = inner.keydir.partition(hash).write();
+        let current =
+            crate::keydir::find(&table, hash, key).filter(|entry| inner.is_live(entry, now));
+        let (value, flags, exptime) = match (mode, current) {
+            (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, Ticket::NONE)),
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return Ok((StoreOutcome::NotStored, Ticket::NONE))
+            }
+            (StoreMode::Cas(_), None) => return Ok((StoreOutcome::NotFound, Ticket::NONE)),
+            (StoreMode::Cas(cas), Some(entry)) if entry.cas != cas => {
+                return Ok((StoreOutcome::Exists, Ticket::NONE))
+            }
+            (StoreMode::Append, Some(entry)) => {
+                let mut combined = inner.current_value(entry)?;
+                combined.extend_from_slice(value);
+                (
+                    std::borrow::Cow::Owned(combined),
+                    entry.flags,
+                    entry.exptime,
+                )
+            }
+            (StoreMode::Prepend, Some(entry)) => {
+                let mut combined = value.to_vec();
+                combined.extend_from_slice(&inner.current_value(entry)?);
+                (
+                    std::borrow::Cow::Owned(combined),
+                    entry.flags,
+                    entry.exptime,
+                )
+            }
+            _ => (std::borrow::Cow::Borrowed(value), flags, expiry.stored()),
+        };
+        check_value(value.len())?;
+        let (cas, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, false)?;
+        Ok((StoreOutcome::Stored { cas }, ticket))
+    }
+
+    /// Stores and commits: the convenience form of [`Engine::store`] with
+    /// [`StoreMode::Set`]. Returns the new CAS unique.
+    pub fn set(&self, key: &[u8], value: &[u8], flags: u32, expiry: Expiry) -> Result<u64> {
+        let (outcome, ticket) = self.store(StoreMode::Set, key, value, flags, expiry)?;
+        self.commit(ticket)?;
+        match outcome {
+            StoreOutcome::Stored { cas } => Ok(cas),
+            other => unreachable!("set always stores, got {other:?}"),
+        }
+    }
+
+    /// Removes a live item, only if its CAS unique is `cas` when given.
+    pub fn delete(&self, key: &[u8], cas: Option<u64>) -> Result<(DeleteOutcome, Ticket)> {
+        let inner = &*self.inner;
+        check_key(key)?;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let hash = inner.keydir.hash(key);
+        let mut table = inner.keydir.partition(hash).write();
+        let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) else {
+            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+        };
+        if !inner.is_live(found.get(), now) {
+            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+        }
+        if cas.is_some_and(|cas| cas != found.get().cas) {
+            return Ok((DeleteOutcome::Exists, Ticket::NONE));
+        }
+        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        let header = Header {
+            kind: Kind::Delete,
+            batch_continues: false,
+            stale: false,
+            key_len: key.len() as u16,
+            value_len: 0,
+            flags: 0,
+            exptime: 0,
+            seq,
+        };
+        let ticket = inner.append_other(&header, key, &[])?;
+        let (entry, _) = found.remove();
+        inner.release_entry(&entry);
+        inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+        Ok((DeleteOutcome::Deleted, ticket))
+    }
+
+    /// Marks a live item stale instead of removing it (the meta protocol's
+    /// `md <key> I`): it gets a new CAS unique, and the next reader asking
+    /// for it is told to recache it. `expiry` optionally replaces its expiry.
+    pub fn invalidate(
+        &self,
+        key: &[u8],
+        cas: Option<u64>,
+        expiry: Option<Expiry>,
+    ) -> Result<(DeleteOutcome, Ticket)> {
+        let inner = &*self.inner;
+        check_key(key)?;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let hash = inner.keydir.hash(key);
+        let mut table = inner.keydir.partition(hash).write();
+        let Some(entry) = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now))
+        else {
+            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+        };
+        if cas.is_some_and(|cas| cas != entry.cas) {
+            return Ok((DeleteOutcome::Exists, Ticket::NONE));
+        }
+        let value = inner.current_value(entry)?;
+        let flags = entry.flags;
+        let exptime = expiry.map_or(entry.exptime, Expiry::stored);
+        let (_, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, true)?;
+        Ok((DeleteOutcome::Deleted, ticket))
+    }
+
+    /// Sets the expiry of a live item without rewriting its value. Returns
+    /// whether the item existed.
+    pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<(bool, Ticket)> {
+        let options = ReadOptions {
+            touch: Some(expiry),
+            ..ReadOptions::default()
+        };
+        let (item, ticket) = self.inner.touch(key, options)?;
+        Ok((item.is_some(), ticket))
+    }
+
+    /// Creates an empty item if the key has no live one, marking the caller
+    /// as the client that should fill it (the meta protocol's `N` flag).
+    /// Returns whether it created the item.
+    pub fn vivify(&self, key: &[u8], expiry: Expiry) -> Result<(bool, Ticket)> {
+        let inner = &*self.inner;
+        check_key(key)?;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let hash = inner.keydir.hash(key);
+        let mut table = inner.keydir.partition(hash).write();
+        if crate::keydir::find(&table, hash, key).is_some_and(|e| inner.is_live(e, now)) {
+            return Ok((false, Ticket::NONE));
+        }
+        let (_, ticket) = inner.put(&mut table, hash, key, &[], 0, expiry.stored(), false)?;
+        if let Some(entry) = crate::keydir::find(&table, hash, key) {
+            entry.bits.fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
+        }
+        Ok((true, ticket))
+    }
+
+    /// Increments or decrements a decimal counter as memcached does: 64-bit
+    /// unsigned, incr wraps, decr stops at 0; a shorter result is padded
+    /// with spaces to the old length. Flags and expiry are kept.
+    pub fn arith(&self, key: &[u8], arith: Arith) -> Result<(ArithOutcome, Ticket)> {
+        let inner = &*self.inner;
+        check_key(key)?;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let hash = inner.keydir.hash(key);
+        let mut table = inner.keydir.partition(hash).write();
+        let current = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now));
+        let Some(entry) = current else {
+            let Some((initial, expiry)) = arith.initial else {
+                return Ok((ArithOutcome::NotFound, Ticket::NONE));
+            };
+            let text = initial.to_string();
+            let (cas, ticket) = inner.put(
+                &mut table,
+                hash,
+                key,
+                text.as_bytes(),
+                0,
+                expiry.stored(),
+                false,
+            )?;
+            return Ok((
+                ArithOutcome::Value {
+                    value: initial,
+                    cas,
+                },
+                ticket,
+            ));
+        };
+        if arith.cas.is_some_and(|cas| cas != entry.cas) {
+            return Ok((ArithOutcome::Exists, Ticket::NONE));
+        }
+        let old = inner.current_value(entry)?;
+        let Some(number) = parse_counter(&old) else {
+            return Ok((ArithOutcome::NonNumeric, Ticket::NONE));
+        };
+        let number = if arith.incr {
+            number.wrapping_add(arith.delta)
+        } else {
+            number.saturating_sub(arith.delta)
+        };
+        let text = format_counter(number, old.len());
+        let (flags, exptime) = (entry.flags, entry.exptime);
+        let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, false)?;
+        Ok((ArithOutcome::Value { value: number, cas }, ticket))
+    }
+
+    /// Invalidates every item, now or after `delay_secs` seconds, in O(1):
+    /// a marker record and a generation number; the space is reclaimed in
+    /// the background.
+    pub fn flush_all(&self, delay_secs: u32) -> Result<Ticket> {
+        let inner = &*self.inner;
+        inner.log.check_writable()?;
+        let now = inner.clock.now();
+        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        let deadline = if delay_secs == 0 {
+            0
+        } else {
+            now.saturating_add(delay_secs)
+        };
+        let header = Header {
+            kind: Kind::Flush,
+            batch_continues: false,
+            stale: false,
+            key_len: 0,
+            value_len: 0,
+            flags: 0,
+            exptime: deadline,
+            seq,
+        };
+        let ticket = inner.append_other(&header, &[], &[])?;
+        if deadline == 0 {
+            inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+            inner.flush_deadline.store(0, Ordering::SeqCst);
+        } else {
+            inner.flush_deadline.store(deadline, Ordering::SeqCst);
+        }
+        Ok(ticket)
+    }
+
+    /// Applies several sets and deletes as one record group: after a crash
+    /// either all of them are there or none. Partition locks are taken in
+    /// ascending order, so readers see all of the batch or none of it.
+    pub fn batch(&self, ops: &[BatchOp<'_>]) -> Result<Ticket> {
+        let inner = &*self.inner;
+        for op in ops {
+            match op {
+                BatchOp::Set { key, value, .. } => {
+                    check_key(key)?;
+                    check_value(value.len())?;
+                }
+                BatchOp::Delete { key } => check_key(key)?,
+            }
+        }
+        let Some(last) = ops.len().checked_sub(1) else {
+            return Ok(Ticket::NONE);
+        };
+        inner.log.check_writable()?;
+        let hashes: Vec<u64> = ops.iter().map(|op| inner.keydir.hash(op_key(op))).collect();
+        let mut indexes: Vec<usize> = hashes
+            .iter()
+            .map(|&hash| inner.keydir.partition_index(hash))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        let mut guards: Vec<_> = indexes
+            .iter()
+            .map(|&index| inner.keydir.partition_at(index).write())
+            .collect();
+        let first_seq = inner.next_seq.fetch_add(ops.len() as u64, Ordering::SeqCst);
+        let headers: Vec<Header> = ops
+            .iter()
+            .enumerate()
+            .map(|(at, op)| batch_header(op, first_seq + at as u64, at != last))
+            .collect();
+        let total: u64 = headers.iter().map(Header::record_len).sum();
+        let (segment, start, ticket) = inner.log.append(total, |buf| {
+            for (op, header) in ops.iter().zip(&headers) {
+                record::encode(buf, header, op_key(op), op_value(op));
+            }
+        })?;
+        let mut offset = start;
+        for ((op, header), hash) in ops.iter().zip(&headers).zip(&hashes) {
+            let index = inner.keydir.partition_index(*hash);
+            let slot = indexes.binary_search(&index).unwrap_or_default();
+            let Some(table) = guards.get_mut(slot) else {
+                unreachable!("a lock was taken for every partition of the batch");
+            };
+            segment.note_seq(header.seq);
+            match op {
+                BatchOp::Set { key, value, .. } => {
+                    let meta = PutMeta {
+                        seq: header.seq,
+                        segment: Arc::clone(&segment),
+                        offset,
+                        flags: header.flags,
+                        exptime: header.exptime,
+                        stale: false,
+                    };
+                    inner.install_put(table, *hash, key, value, &meta);
+                }
+                BatchOp::Delete { key } => {
+                    if let Ok(found) = table.find_entry(*hash, |entry| entry.key() == *key) {
+                        let (entry, _) = found.remove();
+                        inner.release_entry(&entry);
+                        inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            offset += header.record_len() as u32;
+        }
+        Ok(ticket)
+    }
+}
+
+fn op_key<'a>(op: &BatchOp<'a>) -> &'a [u8] {
+    match op {
+        BatchOp::Set { key, .. } | BatchOp::Delete { key } => key,
+    }
+}
+
+fn op_value<'a>(op: &BatchOp<'a>) -> &'a [u8] {
+    match op {
+        BatchOp::Set { value, .. } => value,
+        BatchOp::Delete { .. } => &[],
+    }
+}
+
+fn batch_header(op: &BatchOp<'_>, seq: u64, continues: bool) -> Header {
+    match op {
+        BatchOp::Set {
+            key,
+            value,
+            flags,
+            expiry,
+        } => Header {
+            batch_continues: continues,
+            ..put_header(key, value, *flags, expiry.stored(), seq, false)
+        },
+        BatchOp::Delete { key } => Header {
+            kind: Kind::Delete,
+            batch_continues: continues,
+            stale: false,
+            key_len: key.len() as u16,
+            value_len: 0,
+            flags: 0,
+            exptime: 0,
+            seq,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_parse_like_memcached() {
+        assert_eq!(parse_counter(b"42"), Some(42));
+        assert_eq!(parse_counter(b"  7 "), Some(7));
+        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_counter(b"18446744073709551616"), None);
+        assert_eq!(parse_counter(b"12abc"), None);
+        assert_eq!(parse_counter(b""), None);
+        assert_eq!(parse_counter(b"-1"), None);
+        assert_eq!(parse_counter(b"abc"), None);
+    }
+
+    #[test]
+    fn shorter_counters_are_padded_to_the_old_length() {
+        assert_eq!(format_counter(9, 2), b"9 ".to_vec());
+        assert_eq!(format_counter(100, 2), b"100".to_vec());
+    }
+}

@@ -1,0 +1,504 @@
+//! Opening a data directory: rebuilding the keydir from hint files and
+//! segment scans, cutting a torn tail off the active segment, and finding
+//! the next CAS unique and the flush generation.
+//!
+//! Runs once, on the opening thread, before any other thread sees the
+//! engine. Records are resolved by seq, not by file order, because
+//! compaction copies old records into newer files: for each key the record
+//! with the highest seq wins (a tombstone wins a tie), a touch applies to the
+//! put whose seq it names, and a flush removes everything below its seq.
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::fs::{join, Fs};
+use crate::hint;
+use crate::keydir::{Entry, Keydir, BIT_STALE};
+use crate::log::{create_segment, Log, Segments};
+use crate::record::{Header, Kind};
+use crate::scan::{scan, ScanEnd};
+use crate::segment::{self, Origin, Segment, SegmentHeader};
+use crate::stats::{Counters, RecoveryReport};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Name of the lock file in the data directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// A touch seen during recovery.
+struct Touch {
+    seq: u64,
+    target: u64,
+    exptime: u32,
+    stale: bool,
+}
+
+/// What the pass over all records accumulates.
+struct Resolver<'a> {
+    keydir: &'a Keydir,
+    tombstones: HashMap<Vec<u8>, u64>,
+    touches: HashMap<Vec<u8>, Touch>,
+    max_seq: u64,
+    flush_seq: u64,
+    pending_flush: Option<(u32, u64)>,
+    records: u64,
+    now: u32,
+}
+
+impl Resolver<'_> {
+    fn apply(&mut self, segment: &Segment, offset: u32, header: &Header, key: &[u8], aux: u64) {
+        self.records += 1;
+        self.max_seq = self.max_seq.max(header.seq);
+        segment.note_seq(header.seq);
+        match header.kind {
+            Kind::Put => self.apply_put(segment.id, offset, header, key),
+            Kind::Delete => self.apply_delete(header.seq, key),
+            Kind::Touch => {
+                let newer = self.touches.get(key).is_none_or(|t| t.seq < header.seq);
+                if newer {
+                    let touch = Touch {
+                        seq: header.seq,
+                        target: aux,
+                        exptime: header.exptime,
+                        stale: header.stale,
+                    };
+                    self.touches.insert(key.to_vec(), touch);
+                }
+            }
+            Kind::Flush if header.exptime == 0 => {
+                self.flush_seq = self.flush_seq.max(header.seq);
+            }
+            Kind::Flush => {
+                if self.pending_flush.is_none_or(|(_, seq)| seq < header.seq) {
+                    self.pending_flush = Some((header.exptime, header.seq));
+                }
+            }
+        }
+    }
+
+    fn apply_put(&mut self, segment_id: u32, offset: u32, header: &Header, key: &[u8]) {
+        if self
+            .tombstones
+            .get(key)
+            .is_some_and(|&seq| seq >= header.seq)
+        {
+            return;
+        }
+        let hash = self.keydir.hash(key);
+        let mut table = self.keydir.partition(hash).write();
+        if let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) {
+            if entry.cas >= header.seq {
+                return;
+            }
+            entry.replace(
+                None,
+                header.seq,
+                segment_id,
+                offset,
+                header.value_len,
+                header.flags,
+                header.exptime,
+                header.stale,
+            );
+        } else {
+            let entry = Entry::new(
+                key,
+                None,
+                header.seq,
+                segment_id,
+                offset,
+                header.value_len,
+                header.flags,
+                header.exptime,
+                self.now,
+            );
+            if header.stale {
+                entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+            }
+            table.insert_unique(hash, entry, self.keydir.rehasher());
+        }
+        self.tombstones.remove(key);
+    }
+
+    fn apply_delete(&mut self, seq: u64, key: &[u8]) {
+        let hash = self.keydir.hash(key);
+        let mut table = self.keydir.partition(hash).write();
+        if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
+            if found.get().cas > seq {
+                return;
+            }
+            found.remove();
+        }
+        let known = self.tombstones.entry(key.to_vec()).or_insert(seq);
+        *known = (*known).max(seq);
+    }
+}
+
+/// Opens the directory and rebuilds the engine's state.
+pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<Inner> {
+    let started = Instant::now();
+    let dir = config.dir.clone();
+    fs.create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating data directory {}", dir.display()), e))?;
+    let lock_path = join(&dir, LOCK_FILE);
+    let dir_lock = fs.lock(&lock_path).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            Error::Locked {
+                dir: dir.clone(),
+                lock: lock_path.clone(),
+            }
+        } else {
+            Error::io(format!("locking {}", lock_path.display()), error)
+        }
+    })?;
+    let mut report = RecoveryReport::default();
+    let (segment_ids, hint_ids) = list_files(&*fs, &dir)?;
+    let mut opened = open_segments(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
+    let active_id = opened
+        .iter()
+        .rev()
+        .find(|segment| segment.header.origin == Origin::Log)
+        .map(|segment| segment.id);
+    let now = clock.now();
+    let keydir = Keydir::new(config.partitions);
+    let mut resolver = Resolver {
+        keydir: &keydir,
+        tombstones: HashMap::new(),
+        touches: HashMap::new(),
+        max_seq: 0,
+        flush_seq: 0,
+        pending_flush: None,
+        records: 0,
+        now,
+    };
+    let mut active_len = 0;
+    for segment in &opened {
+        resolver.max_seq = resolver.max_seq.max(segment.header.seq_at_creation);
+        resolver.flush_seq = resolver.flush_seq.max(segment.header.flush_seq);
+        let is_active = Some(segment.id) == active_id;
+        let len = load_segment(
+            &*fs,
+            segment,
+            is_active,
+            &hint_ids,
+            &mut resolver,
+            &mut report,
+        )?;
+        segment.len_bytes.store(len, Ordering::Relaxed);
+        if is_active {
+            active_len = len;
+        } else {
+            segment.sealed.store(true, Ordering::Relaxed);
+        }
+    }
+    let next_seq = resolver.max_seq + 1;
+    let mut flush_seq = resolver.flush_seq;
+    let mut flush_deadline = 0;
+    if let Some((deadline, _)) = resolver.pending_flush.filter(|&(_, seq)| seq > flush_seq) {
+        if deadline <= now {
+            // The delayed flush came due while the server was down: everything
+            // written before now is gone, as it would have been.
+            flush_seq = next_seq;
+        } else {
+            flush_deadline = deadline;
+        }
+    }
+    let counters = Arc::new(Counters::default());
+    let touches = std::mem::take(&mut resolver.touches);
+    let records = resolver.records;
+    drop(resolver);
+    finish_keydir(&keydir, &opened, &touches, flush_seq, &counters);
+    let next_seq = next_seq + u64::from(flush_seq == next_seq);
+    let max_id = opened.last().map_or(0, |segment| segment.id);
+    let segments = Arc::new(Segments::new(max_id + 1));
+    let flush_seq = Arc::new(AtomicU64::new(flush_seq));
+    let next_seq = Arc::new(AtomicU64::new(next_seq));
+    let active = match active_id.and_then(|id| opened.iter().find(|s| s.id == id)) {
+        Some(active) => Arc::clone(active),
+        None => {
+            let header = SegmentHeader {
+                origin: Origin::Log,
+                id: segments.allocate_id(),
+                seq_at_creation: next_seq.load(Ordering::SeqCst),
+                flush_seq: flush_seq.load(Ordering::SeqCst),
+            };
+            let created = create_segment(&*fs, &dir, header, config.durability)?;
+            active_len = u64::from(segment::HEADER_BYTES);
+            opened.push(Arc::clone(&created));
+            created
+        }
+    };
+    for segment in &opened {
+        segments.insert(Arc::clone(segment));
+    }
+    let log = Arc::new(Log::new(
+        Arc::clone(&fs),
+        dir.clone(),
+        config.durability,
+        config.segment_bytes_max,
+        Arc::clone(&segments),
+        Arc::clone(&counters),
+        active,
+        active_len,
+        Arc::clone(&flush_seq),
+        Arc::clone(&next_seq),
+    ));
+    report.records = records;
+    report.items = counters.items.load(Ordering::Relaxed);
+    report.duration = started.elapsed();
+    tracing::info!(
+        segments = report.segments,
+        from_hints = report.segments_from_hints,
+        scanned = report.segments_scanned,
+        items = report.items,
+        truncated_bytes = report.truncated_bytes,
+        millis = report.duration.as_millis() as u64,
+        "recovered data directory {}",
+        dir.display()
+    );
+    Ok(Inner {
+        config,
+        fs,
+        keydir,
+        log,
+        segments,
+        counters,
+        clock,
+        next_seq,
+        flush_seq,
+        flush_deadline: AtomicU32::new(flush_deadline),
+        flush_swept: AtomicU64::new(0),
+        compaction_lock: Mutex::new(()),
+        recovery: report,
+        shutdown: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        _dir_lock: dir_lock,
+    })
+}
+
+/// Segment and hint ids in the directory; leftover temporary files removed.
+fn list_files(fs: &dyn Fs, dir: &Path) -> Result<(Vec<u32>, Vec<u32>)> {
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let mut segment_ids = Vec::new();
+    let mut hint_ids = Vec::new();
+    for name in names {
+        if let Some(id) = segment::parse_name(&name, "seg") {
+            segment_ids.push(id);
+        } else if let Some(id) = segment::parse_name(&name, "hint") {
+            hint_ids.push(id);
+        } else if name.ends_with(".tmp") {
+            let path = join(dir, &name);
+            fs.remove(&path)
+                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        }
+    }
+    segment_ids.sort_unstable();
+    hint_ids.sort_unstable();
+    Ok((segment_ids, hint_ids))
+}
+
+/// Opens every segment and checks its header. Removes compaction outputs
+/// that never got their hint file (a compaction cut short: its sources are
+/// all still there) and a newest log segment whose header never made it to
+/// disk.
+fn open_segments(
+    fs: &dyn Fs,
+    dir: &Path,
+    ids: &[u32],
+    hint_ids: &[u32],
+    report: &mut RecoveryReport,
+) -> Result<Vec<Arc<Segment>>> {
+    let mut opened = Vec::new();
+    let newest = ids.last().copied();
+    for &id in ids {
+        let path = join(dir, &segment::segment_name(id));
+        let file = fs
+            .open(&path, Some(id) == newest)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let len = file
+            .len()
+            .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
+        let mut bytes = vec![0u8; (segment::HEADER_BYTES as u64).min(len) as usize];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| Error::io(format!("reading header of {}", path.display()), e))?;
+        let header = match SegmentHeader::decode(&bytes, &path) {
+            Ok(header) => header,
+            Err(error) if Some(id) == newest && len < u64::from(segment::HEADER_BYTES) * 2 => {
+                tracing::warn!(%error, "removing a segment whose creation was cut short");
+                remove_file(fs, dir, &path)?;
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        if header.id != id {
+            return Err(Error::Corruption {
+                file: path,
+                offset: 0,
+                reason: format!("header names segment {}, file name {id}", header.id),
+            });
+        }
+        if header.origin == Origin::Compaction && hint_ids.binary_search(&id).is_err() {
+            tracing::warn!("removing unfinished compaction output {}", path.display());
+            remove_file(fs, dir, &path)?;
+            report.abandoned_compactions += 1;
+            continue;
+        }
+        report.segments += 1;
+        let segment = Segment::new(path, file, header, len);
+        opened.push(Arc::new(segment));
+    }
+    Ok(opened)
+}
+
+fn remove_file(fs: &dyn Fs, dir: &Path, path: &Path) -> Result<()> {
+    fs.remove(path)
+        .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Feeds one segment's records to the resolver, from its hint if it has a
+/// valid one. Returns the segment's length (after cutting a torn tail).
+fn load_segment(
+    fs: &dyn Fs,
+    segment: &Segment,
+    is_active: bool,
+    hint_ids: &[u32],
+    resolver: &mut Resolver<'_>,
+    report: &mut RecoveryReport,
+) -> Result<u64> {
+    let len = segment.len_bytes.load(Ordering::Relaxed);
+    if !is_active && hint_ids.binary_search(&segment.id).is_ok() {
+        let hint_path = segment.path.with_extension("hint");
+        match read_hint(fs, &hint_path, segment.id, len) {
+            Ok(hint) => {
+                for entry in &hint.entries {
+                    resolver.apply(
+                        segment,
+                        entry.offset,
+                        &entry.header,
+                        &entry.key,
+                        entry.target_seq,
+                    );
+                }
+                segment.has_hint.store(true, Ordering::Relaxed);
+                report.segments_from_hints += 1;
+                return Ok(len);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "ignoring a damaged hint file; scanning the segment");
+            }
+        }
+    }
+    report.segments_scanned += 1;
+    let start = u64::from(segment::HEADER_BYTES);
+    let io_error = |e| Error::io(format!("scanning {}", segment.path.display()), e);
+    let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
+        let key = bytes.get(header.key_range()).unwrap_or_default();
+        let aux = touch_target(header, bytes);
+        resolver.apply(segment, offset as u32, header, key, aux);
+        Ok(())
+    })
+    .map_err(io_error)?;
+    visited?;
+    match end {
+        ScanEnd::Clean => Ok(len),
+        ScanEnd::Damaged { offset, error } if is_active => {
+            tracing::warn!(
+                file = %segment.path.display(),
+                offset,
+                cut_bytes = len - offset,
+                %error,
+                "cutting a torn or corrupt tail off the active segment"
+            );
+            segment
+                .file
+                .set_len(offset)
+                .and_then(|()| segment.file.sync_data())
+                .map_err(|e| Error::io(format!("truncating {}", segment.path.display()), e))?;
+            report.truncated_bytes += len - offset;
+            report.truncated_file = Some(segment.path.clone());
+            report.truncated_reason = Some(error.to_string());
+            Ok(offset)
+        }
+        ScanEnd::Damaged { offset, error } => Err(Error::Corruption {
+            file: segment.path.clone(),
+            offset,
+            reason: error.to_string(),
+        }),
+    }
+}
+
+/// The seq a touch record's value names (0 for other kinds).
+pub(crate) fn touch_target(header: &Header, bytes: &[u8]) -> u64 {
+    if header.kind != Kind::Touch {
+        return 0;
+    }
+    bytes
+        .get(header.value_range())
+        .and_then(|value| <[u8; 8]>::try_from(value).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn read_hint(fs: &dyn Fs, path: &Path, id: u32, segment_len: u64) -> Result<hint::Hint> {
+    let file = fs
+        .open(path, false)
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    let len = file
+        .len()
+        .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let hint = hint::decode(&bytes, path)?;
+    if hint.segment_id != id || hint.segment_len != segment_len {
+        return Err(Error::Corruption {
+            file: path.to_owned(),
+            offset: 0,
+            reason: format!(
+                "hint describes segment {} of {} bytes; the segment is {id} of {segment_len} bytes",
+                hint.segment_id, hint.segment_len
+            ),
+        });
+    }
+    Ok(hint)
+}
+
+/// Drops flushed items, applies touches, and sums up live bytes and items.
+fn finish_keydir(
+    keydir: &Keydir,
+    segments: &[Arc<Segment>],
+    touches: &HashMap<Vec<u8>, Touch>,
+    flush_seq: u64,
+    counters: &Counters,
+) {
+    let by_id: HashMap<u32, &Arc<Segment>> = segments.iter().map(|s| (s.id, s)).collect();
+    for index in 0..keydir.len() {
+        let mut table = keydir.partition_at(index).write();
+        table.retain(|entry| entry.cas >= flush_seq);
+        for entry in table.iter_mut() {
+            if let Some(touch) = touches.get(entry.key()) {
+                if touch.target == entry.cas && touch.seq > entry.cas {
+                    entry.exptime = touch.exptime;
+                    if touch.stale {
+                        entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+                    }
+                }
+            }
+            if let Some(segment) = by_id.get(&entry.segment_id) {
+                segment.add_live(entry.record_len());
+            }
+            counters.items.fetch_add(1, Ordering::Relaxed);
+            counters
+                .item_bytes
+                .fetch_add(entry.item_bytes(), Ordering::Relaxed);
+        }
+    }
+}

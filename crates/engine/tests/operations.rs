@@ -1,0 +1,259 @@
+//! The memcached semantics of every engine operation, on one open engine.
+
+mod common;
+
+use common::{config, open, set, value};
+use larder_engine::fs::MemFs;
+use larder_engine::{
+    Arith, ArithOutcome, BatchOp, Clock, DeleteOutcome, Durability, Expiry, ReadOptions, StoreMode,
+    StoreOutcome,
+};
+
+fn store(engine: &larder_engine::Engine, mode: StoreMode, key: &[u8], v: &[u8]) -> StoreOutcome {
+    let (outcome, ticket) = engine.store(mode, key, v, 7, Expiry::Never).unwrap();
+    engine.commit(ticket).unwrap();
+    outcome
+}
+
+#[test]
+fn add_replace_append_prepend_follow_memcached() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::Always), &Clock::system());
+    assert_eq!(
+        store(&engine, StoreMode::Replace, b"k", b"x"),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        store(&engine, StoreMode::Append, b"k", b"x"),
+        StoreOutcome::NotStored
+    );
+    assert!(matches!(
+        store(&engine, StoreMode::Add, b"k", b"mid"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(
+        store(&engine, StoreMode::Add, b"k", b"again"),
+        StoreOutcome::NotStored
+    );
+    assert!(matches!(
+        store(&engine, StoreMode::Append, b"k", b">"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert!(matches!(
+        store(&engine, StoreMode::Prepend, b"k", b"<"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(value(&engine, b"k").unwrap(), b"<mid>");
+    assert!(matches!(
+        store(&engine, StoreMode::Replace, b"k", b"new"),
+        StoreOutcome::Stored { .. }
+    ));
+    let item = engine.get(b"k").unwrap().unwrap();
+    assert_eq!(item.value.as_ref(), b"new");
+    assert_eq!(item.flags, 7);
+}
+
+#[test]
+fn cas_succeeds_only_with_the_current_unique() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    assert_eq!(
+        store(&engine, StoreMode::Cas(1), b"k", b"v"),
+        StoreOutcome::NotFound
+    );
+    let cas = set(&engine, b"k", b"v1");
+    assert_eq!(
+        store(&engine, StoreMode::Cas(cas + 100), b"k", b"v2"),
+        StoreOutcome::Exists
+    );
+    let StoreOutcome::Stored { cas: next } = store(&engine, StoreMode::Cas(cas), b"k", b"v2")
+    else {
+        panic!("cas with the current unique must store");
+    };
+    assert!(next > cas);
+    assert_eq!(engine.get(b"k").unwrap().unwrap().cas, next);
+}
+
+#[test]
+fn delete_removes_and_honours_cas() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    assert_eq!(
+        engine.delete(b"k", None).unwrap().0,
+        DeleteOutcome::NotFound
+    );
+    let cas = set(&engine, b"k", b"v");
+    assert_eq!(
+        engine.delete(b"k", Some(cas + 1)).unwrap().0,
+        DeleteOutcome::Exists
+    );
+    assert_eq!(
+        engine.delete(b"k", Some(cas)).unwrap().0,
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(value(&engine, b"k"), None);
+    assert_eq!(engine.stats().items, 0);
+}
+
+#[test]
+fn counters_wrap_on_incr_and_stop_at_zero_on_decr() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let arith = |incr, delta| Arith {
+        incr,
+        delta,
+        cas: None,
+        initial: None,
+    };
+    assert_eq!(
+        engine.arith(b"n", arith(true, 1)).unwrap().0,
+        ArithOutcome::NotFound
+    );
+    set(&engine, b"n", b"10");
+    let (outcome, _) = engine.arith(b"n", arith(false, 1)).unwrap();
+    assert!(matches!(outcome, ArithOutcome::Value { value: 9, .. }));
+    assert_eq!(
+        value(&engine, b"n").unwrap(),
+        b"9 ",
+        "memcached pads in place"
+    );
+    let (outcome, _) = engine.arith(b"n", arith(false, 100)).unwrap();
+    assert!(matches!(outcome, ArithOutcome::Value { value: 0, .. }));
+    set(&engine, b"n", b"18446744073709551615");
+    let (outcome, _) = engine.arith(b"n", arith(true, 2)).unwrap();
+    assert!(matches!(outcome, ArithOutcome::Value { value: 1, .. }));
+    set(&engine, b"s", b"abc");
+    assert_eq!(
+        engine.arith(b"s", arith(true, 1)).unwrap().0,
+        ArithOutcome::NonNumeric
+    );
+}
+
+#[test]
+fn items_expire_by_the_clock_and_touch_extends_them() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::None), &clock);
+    let now = clock.now();
+    let (_, ticket) = engine
+        .store(
+            StoreMode::Set,
+            b"short",
+            b"v",
+            0,
+            Expiry::from_memcached(10, now),
+        )
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    let (_, ticket) = engine
+        .store(
+            StoreMode::Set,
+            b"gone",
+            b"v",
+            0,
+            Expiry::from_memcached(-1, now),
+        )
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    assert_eq!(value(&engine, b"gone"), None);
+    assert!(value(&engine, b"short").is_some());
+    let (touched, ticket) = engine
+        .touch(b"short", Expiry::from_memcached(100, now))
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    assert!(touched);
+    clock.advance(50);
+    assert!(
+        value(&engine, b"short").is_some(),
+        "touch extended the expiry"
+    );
+    clock.advance(100);
+    assert_eq!(value(&engine, b"short"), None);
+    engine.maintain_now();
+    assert_eq!(engine.stats().items, 0, "the expired item was reclaimed");
+}
+
+#[test]
+fn flush_all_hides_everything_at_once_and_after_a_delay() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::None), &clock);
+    for i in 0..100 {
+        set(&engine, format!("k{i}").as_bytes(), b"v");
+    }
+    engine.commit(engine.flush_all(0).unwrap()).unwrap();
+    assert_eq!(value(&engine, b"k1"), None);
+    set(&engine, b"after", b"v");
+    assert!(value(&engine, b"after").is_some());
+    engine.commit(engine.flush_all(30).unwrap()).unwrap();
+    assert!(value(&engine, b"after").is_some(), "a delayed flush waits");
+    clock.advance(31);
+    engine.maintain_now();
+    assert_eq!(value(&engine, b"after"), None);
+    assert_eq!(engine.stats().items, 0);
+}
+
+#[test]
+fn gat_returns_the_value_and_sets_the_expiry() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::None), &clock);
+    set(&engine, b"k", b"v");
+    let options = ReadOptions {
+        touch: Some(Expiry::from_memcached(5, clock.now())),
+        ..ReadOptions::default()
+    };
+    let (item, ticket) = engine.get_with(b"k", options).unwrap();
+    engine.commit(ticket).unwrap();
+    assert_eq!(item.unwrap().value.as_ref(), b"v");
+    clock.advance(6);
+    assert_eq!(value(&engine, b"k"), None);
+}
+
+#[test]
+fn a_batch_applies_every_write() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::Always), &Clock::system());
+    set(&engine, b"old", b"v");
+    let ticket = engine
+        .batch(&[
+            BatchOp::Set {
+                key: b"a",
+                value: b"1",
+                flags: 0,
+                expiry: Expiry::Never,
+            },
+            BatchOp::Set {
+                key: b"b",
+                value: b"2",
+                flags: 3,
+                expiry: Expiry::Never,
+            },
+            BatchOp::Delete { key: b"old" },
+        ])
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    assert_eq!(value(&engine, b"a").unwrap(), b"1");
+    assert_eq!(engine.get(b"b").unwrap().unwrap().flags, 3);
+    assert_eq!(value(&engine, b"old"), None);
+}
+
+#[test]
+fn invalidated_items_are_stale_and_offer_one_win() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let cas = set(&engine, b"k", b"v");
+    let (outcome, ticket) = engine.invalidate(b"k", None, None).unwrap();
+    engine.commit(ticket).unwrap();
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    let options = ReadOptions {
+        claim_win: true,
+        ..ReadOptions::default()
+    };
+    let (first, _) = engine.get_with(b"k", options).unwrap();
+    let first = first.unwrap();
+    assert!(first.stale && first.win && first.cas > cas);
+    let (second, _) = engine.get_with(b"k", options).unwrap();
+    let second = second.unwrap();
+    assert!(second.stale && !second.win && second.win_already_sent);
+}

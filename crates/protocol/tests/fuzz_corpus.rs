@@ -1,0 +1,50 @@
+//! The fuzz seed corpus (`fuzz/corpus/protocol_parse`) holds real requests:
+//! each seed must parse into at least one complete request, so the fuzzer
+//! starts from inputs that reach deep into every command's parser. Seeds
+//! named `error_*` are deliberately malformed and must be refused.
+
+use std::path::Path;
+
+use larder_protocol::{parse, Limits, Parsed};
+
+/// Parses `input` as a pipeline and counts complete requests, stopping at
+/// the first error or incomplete frame.
+fn complete_requests(mut input: &[u8]) -> usize {
+    let mut count = 0;
+    while let Ok(Parsed::Complete { frame_bytes, .. }) = parse(input, &Limits::DEFAULT) {
+        count += 1;
+        input = input.get(frame_bytes..).unwrap_or_default();
+    }
+    count
+}
+
+#[test]
+fn every_seed_holds_a_complete_request() {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/protocol_parse");
+    let seeds: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap_or_else(|error| panic!("cannot list {}: {error}", corpus.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .collect();
+    assert!(seeds.len() >= 12, "the corpus should hold a dozen seeds");
+    for seed in seeds {
+        let input = std::fs::read(&seed)
+            .unwrap_or_else(|error| panic!("cannot read {}: {error}", seed.display()));
+        let is_error_seed = seed
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("error_"));
+        if is_error_seed {
+            assert!(
+                parse(&input, &Limits::DEFAULT).is_err(),
+                "{} is accepted",
+                seed.display()
+            );
+        } else {
+            assert!(
+                complete_requests(&input) >= 1,
+                "{} parses to nothing",
+                seed.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The project's test command: run it on a fresh Debian machine (as root, or
+# with sudo) from anywhere in the repository.
+#
+#   scripts/test.sh                  everything: deps, fmt, clippy, cargo test,
+#                                    release build, black-box Python tests
+#   scripts/test.sh -k wire          extra arguments go to pytest
+#
+# Environment:
+#   LARDER_TEST_SKIP_LINT=1    skip cargo fmt --check and clippy (quick local runs)
+#   LARDER_TEST_SKIP_CARGO=1   skip cargo test and the release build (for work on
+#                              the Python harness; needs target/release/larder or LARDER_BIN)
+#   LARDER_BIN=/path/larder    binary the Python tests start (default target/release/larder)
+#   PYTEST_TIMEOUT_S=900       bound on the whole Python test run
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO="$(pwd)"
+
+PYMEMCACHE_VERSION=4.0.0
+PYTEST_VERSION=9.2.0
+APT_PACKAGES=(memcached libmemcached-tools python3-venv)
+
+STARTED=$SECONDS
+section() {
+    printf '\n==== %s  [+%ds]\n' "$*" "$((SECONDS - STARTED))"
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -n "$@"
+    else
+        echo "need root (or sudo) to run: $*" >&2
+        return 1
+    fi
+}
+
+section "system packages: ${APT_PACKAGES[*]}"
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+        missing+=("$pkg")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update -qq </dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Use-Pty=0 "${missing[@]}" </dev/null >/dev/null
+else
+    echo "all present"
+fi
+for tool in /usr/bin/memcached memccapable cargo; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "missing tool: $tool" >&2; exit 1; }
+done
+
+section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION pytest==$PYTEST_VERSION"
+# Debian's python3 (python3-venv is installed for it); any python3 otherwise.
+PYTHON=/usr/bin/python3
+[ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
+if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
+    rm -rf .venv
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check \
+    "pymemcache==$PYMEMCACHE_VERSION" "pytest==$PYTEST_VERSION" </dev/null
+.venv/bin/python -c 'import pymemcache, pytest; print("pymemcache", pymemcache.__version__, "pytest", pytest.__version__)'
+
+if [ "${LARDER_TEST_SKIP_LINT:-0}" != 1 ]; then
+    section "cargo fmt --all -- --check"
+    cargo fmt --all -- --check
+
+    section "cargo clippy --workspace --all-targets -- -D warnings"
+    cargo clippy --workspace --all-targets -- -D warnings
+else
+    section "lint skipped (LARDER_TEST_SKIP_LINT=1)"
+fi
+
+if [ "${LARDER_TEST_SKIP_CARGO:-0}" != 1 ]; then
+    section "cargo test --workspace"
+    cargo test --workspace
+
+    section "cargo build --release -p larder"
+    cargo build --release -p larder
+else
+    section "cargo test and release build skipped (LARDER_TEST_SKIP_CARGO=1)"
+fi
+
+export LARDER_BIN="${LARDER_BIN:-$REPO/target/release/larder}"
+[ -x "$LARDER_BIN" ] || { echo "no larder binary at $LARDER_BIN" >&2; exit 1; }
+
+section "pytest tests/python (LARDER_BIN=$LARDER_BIN)"
+# SIGINT first so that pytest runs its fixture teardown and stops the servers.
+PYTHONDONTWRITEBYTECODE=1 timeout -s INT -k 30 "${PYTEST_TIMEOUT_S:-900}" \
+    .venv/bin/pytest -q -rfEx -p no:cacheprovider tests/python "$@" </dev/null
+
+section "all tests passed"
