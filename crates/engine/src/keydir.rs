@@ -236,10 +236,6 @@ impl Keydir {
     }
 
     /// Number of partitions (never zero).
-    #[expect(
-        clippy::len_without_is_empty,
-        reason = "a keydir always has partitions"
-    )]
     pub fn len(&self) -> usize {
         self.partitions.len()
     }
