@@ -1,5 +1,7 @@
 //! The memcached semantics of every engine operation, on one open engine.
 
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
 mod common;
 
 use common::{config, open, set, value};
