@@ -9,7 +9,9 @@
 //! Why this is safe at any crash point: until the old file is removed both
 //! copies exist with the same seq and recovery picks either; a compaction
 //! output without its hint is discarded at open; tombstones are kept while
-//! any other segment may still hold an older put of their key.
+//! any other segment may still hold an older put of their key; and the log
+//! is synced before old files are removed, so the newer records that made
+//! the dropped ones dead are durable first.
 //!
 //! One compaction runs at a time (`Inner::compaction_lock`). It takes each
 //! key's partition lock only to check or switch that key: O(1) per record.
@@ -134,6 +136,11 @@ pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
         compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
     }
     output.finish(inner)?;
+    // The records left behind are dead because newer records (a later put,
+    // a delete, a flush) replaced them; those may still be only in the log's
+    // buffer or the page cache. Make them durable before the old records
+    // disappear, or a power cut would lose both.
+    inner.log.flush_and_sync()?;
     for segment in &candidates {
         remove_segment(inner, segment)?;
     }

@@ -354,7 +354,34 @@ fn open_segments(
         let segment = Segment::new(path, file, header, len);
         opened.push(Arc::new(segment));
     }
+    reopen_active_writable(fs, &mut opened, newest)?;
     Ok(opened)
+}
+
+/// The log appends to (and recovery may truncate) the newest segment the log
+/// wrote, which is not the newest file when a compaction output came after
+/// it: that one was opened read-only above, so open it again for writing.
+fn reopen_active_writable(
+    fs: &dyn Fs,
+    opened: &mut [Arc<Segment>],
+    newest: Option<u32>,
+) -> Result<()> {
+    let Some(active) = opened
+        .iter_mut()
+        .rev()
+        .find(|segment| segment.header.origin == Origin::Log)
+    else {
+        return Ok(());
+    };
+    if Some(active.id) == newest {
+        return Ok(());
+    }
+    let file = fs
+        .open(&active.path, true)
+        .map_err(|e| Error::io(format!("opening {}", active.path.display()), e))?;
+    let len = active.len_bytes.load(Ordering::Relaxed);
+    *active = Arc::new(Segment::new(active.path.clone(), file, active.header, len));
+    Ok(())
 }
 
 fn remove_file(fs: &dyn Fs, dir: &Path, path: &Path) -> Result<()> {

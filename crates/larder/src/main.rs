@@ -1,1 +1,149 @@
-fn main() {}
+//! The `larder` binary: a thin command line over the server library.
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use larder_server::{config, ConfigFile, ServerConfig};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Larder: a persistent, memcached-compatible key-value server.
+#[derive(Parser)]
+#[command(name = "larder", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the memcached protocol over a data directory.
+    ///
+    /// With no flags: listens on 127.0.0.1:11211, keeps data in
+    /// ./larder-data, and acknowledges writes once they reach the operating
+    /// system, syncing them to disk every second (durability everysec).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TCP port to listen on [default: 11211].
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(short = 'l', long)]
+    listen: Option<IpAddr>,
+    /// Most concurrent client connections [default: 1024].
+    #[arg(short = 'c', long = "max-connections")]
+    max_connections: Option<usize>,
+    /// Worker threads [default: number of CPUs].
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Memory for cached values, in MiB; keys always stay in memory
+    /// [default: 1024].
+    #[arg(short = 'm', long = "memory-limit")]
+    memory_limit: Option<u64>,
+    /// Largest value accepted: bytes, or with a k/m/g suffix [default: 1m].
+    #[arg(short = 'I', long = "max-item-size")]
+    max_item_size: Option<String>,
+    /// Data directory [default: ./larder-data].
+    #[arg(long = "data-dir")]
+    data_dir: Option<PathBuf>,
+    /// always: acknowledge after fdatasync (group commit); everysec: sync at
+    /// least once a second; none: leave syncing to the OS [default: everysec].
+    #[arg(long)]
+    durability: Option<String>,
+    /// A TOML file with the same settings (flags override it).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// More logging (-v info, -vv debug, -vvv trace).
+    #[arg(short = 'v', action = ArgAction::Count)]
+    verbose: u8,
+}
+
+impl ServeArgs {
+    fn into_config(self) -> Result<ServerConfig, config::ConfigError> {
+        let mut config = ServerConfig::default();
+        if let Some(path) = &self.config {
+            ConfigFile::load(path)?.apply(&mut config)?;
+        }
+        if let Some(port) = self.port {
+            config.port = port;
+        }
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(max) = self.max_connections {
+            config.max_connections = max;
+        }
+        if let Some(threads) = self.threads {
+            config.threads = threads;
+        }
+        if let Some(memory) = self.memory_limit {
+            config.memory_limit_mb = memory;
+        }
+        if let Some(size) = &self.max_item_size {
+            config.max_item_size = config::parse_size(size)?;
+        }
+        if let Some(dir) = self.data_dir {
+            config.data_dir = dir;
+        }
+        if let Some(name) = &self.durability {
+            config.durability = config::parse_durability(name)?;
+        }
+        config.verbose = config.verbose.max(self.verbose);
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LARDER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let config = match args.into_config() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("larder: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.verbose);
+    let data_dir = config.data_dir.clone();
+    let durability = config.durability;
+    let ready = |addr| {
+        eprintln!(
+            "larder {} listening on {addr} (data in {}, durability {})",
+            env!("CARGO_PKG_VERSION"),
+            data_dir.display(),
+            durability.name()
+        );
+    };
+    match larder_server::run(config, ready) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("larder: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args),
+    }
+}

@@ -1,1 +1,215 @@
-//! Placeholder.
+//! Larder's network server: the memcached text and meta protocols over the
+//! storage engine.
+//!
+//! # Threads and tasks
+//!
+//! ```text
+//!  tokio runtime (`threads` workers)            engine threads
+//!  ┌──────────────────────────────────┐        ┌──────────────────────┐
+//!  │ accept task ── spawns ──┐        │        │ larder-sync: write + │
+//!  │                         v        │ commit │ fdatasync, wakes     │
+//!  │ connection task (one per client):│ ─────> │ committers (group    │
+//!  │  read -> parse -> engine call -> │        │ commit)              │
+//!  │  commit_async(ticket) -> write   │        │ larder-compact: hint │
+//!  │                                  │        │ files, compaction    │
+//!  │ signal task: SIGTERM/SIGINT ->   │        │ larder-maint: expiry,│
+//!  │  stop accepting, drain, sync     │        │ flush, value cache   │
+//!  └──────────────────────────────────┘        └──────────────────────┘
+//! ```
+//!
+//! Engine calls run on the connection's task: they take one partition lock
+//! and copy a value, so they are short; only the commit waits, and it waits
+//! as a future, so a worker thread never blocks on `fdatasync`.
+//!
+//! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
+//! crate for the parsing rules and error replies.
+
+pub mod config;
+mod connection;
+pub mod limits;
+mod meta;
+mod session;
+pub mod stats;
+mod text;
+
+pub use config::{ConfigError, ConfigFile, ServerConfig};
+
+use larder_protocol::Limits;
+use session::Shared;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The data directory could not be opened or recovered.
+    #[error("cannot open data directory: {0}")]
+    Engine(#[from] larder_engine::Error),
+    /// The listening socket could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime could not start.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A server bound to its port with its data directory open, ready to run.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+}
+
+impl Server {
+    /// Opens the data directory (recovering it) and binds the listening
+    /// socket. Must be called inside a tokio runtime.
+    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+        config.validate()?;
+        let limits = Limits::default()
+            .with_item_bytes_max(config.max_item_size)
+            .map_err(|e| ConfigError(format!("max item size: {e}")))?;
+        let engine_config = config.engine_config();
+        let engine =
+            tokio::task::spawn_blocking(move || larder_engine::Engine::open(engine_config))
+                .await
+                .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
+        let addr = SocketAddr::new(config.listen, config.port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Listen { addr, source })?;
+        let shared = Arc::new(Shared {
+            engine: Arc::new(engine),
+            stats: stats::ServerStats::default(),
+            config,
+            limits,
+        });
+        Ok(Server { shared, listener })
+    }
+
+    /// The address the server listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::new(self.shared.config.listen, self.shared.config.port))
+    }
+
+    /// Serves until `shutdown` resolves; then stops accepting, lets
+    /// connections finish the requests they have read (for at most
+    /// [`limits::SHUTDOWN_GRACE`]), and syncs and closes the engine.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+        let Server { shared, listener } = self;
+        let (stop_sender, stop) = watch::channel(false);
+        let permits = Arc::new(Semaphore::new(shared.config.max_connections));
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    accept(stream, &shared, &permits, &stop, &mut connections);
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        drop(listener);
+        let _ = stop_sender.send(true);
+        let drain = async { while connections.join_next().await.is_some() {} };
+        if tokio::time::timeout(limits::SHUTDOWN_GRACE, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still busy after the grace period; closing them");
+            connections.abort_all();
+        }
+        let engine = Arc::clone(&shared.engine);
+        drop(shared);
+        tokio::task::spawn_blocking(move || engine.sync())
+            .await
+            .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
+        Ok(())
+    }
+
+    /// The engine, for in-process tests and tools.
+    pub fn engine(&self) -> Arc<larder_engine::Engine> {
+        Arc::clone(&self.shared.engine)
+    }
+}
+
+fn accept(
+    stream: tokio::net::TcpStream,
+    shared: &Arc<Shared>,
+    permits: &Arc<Semaphore>,
+    stop: &watch::Receiver<bool>,
+    connections: &mut JoinSet<()>,
+) {
+    let stats = &shared.stats;
+    let Ok(permit) = Arc::clone(permits).try_acquire_owned() else {
+        stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+        connections.spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut stream = stream;
+            let _ = stream
+                .write_all(b"ERROR Too many open connections\r\n")
+                .await;
+        });
+        return;
+    };
+    stats.total_connections.fetch_add(1, Ordering::Relaxed);
+    stats.curr_connections.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::clone(shared);
+    let stop = stop.clone();
+    connections.spawn(async move {
+        connection::serve(stream, Arc::clone(&shared), stop).await;
+        shared
+            .stats
+            .curr_connections
+            .fetch_sub(1, Ordering::Relaxed);
+        drop(permit);
+    });
+}
+
+/// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
+/// `on_ready` is called with the bound address once it accepts connections.
+pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .thread_name("larder-worker")
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
+    runtime.block_on(async move {
+        let server = Server::bind(config).await?;
+        on_ready(server.local_addr());
+        server.run_until(termination()).await
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}

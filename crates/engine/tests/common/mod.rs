@@ -37,3 +37,34 @@ pub fn set(engine: &Engine, key: &[u8], value: &[u8]) -> u64 {
 pub fn value(engine: &Engine, key: &[u8]) -> Option<Vec<u8>> {
     engine.get(key).unwrap().map(|item| item.value.to_vec())
 }
+
+/// What a test compares an item by: value, flags, exptime and CAS unique.
+pub type Stored = (Vec<u8>, u32, u32, u64);
+
+/// The live items among `keys`, as a map from key to what is stored.
+pub fn contents<'k>(
+    engine: &Engine,
+    keys: impl IntoIterator<Item = &'k Vec<u8>>,
+) -> std::collections::BTreeMap<Vec<u8>, Stored> {
+    keys.into_iter()
+        .filter_map(|key| {
+            let item = engine.get(key).unwrap()?;
+            Some((
+                key.clone(),
+                (item.value.to_vec(), item.flags, item.exptime, item.cas),
+            ))
+        })
+        .collect()
+}
+
+/// `count` keys named `k0`, `k1`, ...
+pub fn keys(count: usize) -> Vec<Vec<u8>> {
+    (0..count).map(|i| format!("k{i}").into_bytes()).collect()
+}
+
+/// Polls a future once with a waker that does nothing: starts a commit
+/// (the record reaches the OS, a sync is requested) without waiting for it.
+pub fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(future).poll(&mut context)
+}

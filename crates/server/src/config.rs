@@ -1,0 +1,253 @@
+//! The server's configuration: defaults, the TOML file, and validation.
+//!
+//! Names match the command-line flags (`port`, `listen`, `max_connections`,
+//! `threads`, `memory_limit_mb`, `max_item_size`, `data_dir`, `durability`,
+//! `verbose`), so a config file reads like the flags it replaces.
+
+use crate::limits;
+use larder_engine::Durability;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+/// Everything `larder serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on (default 127.0.0.1: never exposed by accident).
+    pub listen: IpAddr,
+    /// TCP port (default 11211; 0 picks a free one).
+    pub port: u16,
+    /// Most concurrent client connections.
+    pub max_connections: usize,
+    /// Worker threads serving connections.
+    pub threads: usize,
+    /// Memory for cached values, in MiB.
+    pub memory_limit_mb: u64,
+    /// Largest value accepted, in bytes.
+    pub max_item_size: usize,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// How durable an acknowledged write is.
+    pub durability: Durability,
+    /// Log verbosity (0 quiet, 1 info, 2 debug, 3 trace).
+    pub verbose: u8,
+    /// Largest segment file, in bytes.
+    pub segment_bytes_max: u32,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: IpAddr::from([127, 0, 0, 1]),
+            port: 11211,
+            max_connections: limits::CONNECTIONS_MAX_DEFAULT,
+            threads: std::thread::available_parallelism().map_or(4, usize::from),
+            memory_limit_mb: 1024,
+            max_item_size: larder_protocol::limits::ITEM_BYTES_MAX_DEFAULT,
+            data_dir: PathBuf::from("larder-data"),
+            durability: Durability::EverySec,
+            verbose: 0,
+            segment_bytes_max: larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
+/// The TOML file: every field optional, overriding the defaults; flags on
+/// the command line override the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// See [`ServerConfig::listen`].
+    pub listen: Option<IpAddr>,
+    /// See [`ServerConfig::port`].
+    pub port: Option<u16>,
+    /// See [`ServerConfig::max_connections`].
+    pub max_connections: Option<usize>,
+    /// See [`ServerConfig::threads`].
+    pub threads: Option<usize>,
+    /// See [`ServerConfig::memory_limit_mb`].
+    pub memory_limit_mb: Option<u64>,
+    /// See [`ServerConfig::max_item_size`]; a number of bytes or a size
+    /// with a `k`, `m` or `g` suffix.
+    pub max_item_size: Option<toml::Value>,
+    /// See [`ServerConfig::data_dir`].
+    pub data_dir: Option<PathBuf>,
+    /// `always`, `everysec` or `none`.
+    pub durability: Option<String>,
+    /// See [`ServerConfig::verbose`].
+    pub verbose: Option<u8>,
+    /// See [`ServerConfig::segment_bytes_max`].
+    pub segment_bytes_max: Option<u32>,
+}
+
+/// A configuration that cannot be used; the message says which setting and
+/// why, in one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl ConfigFile {
+    /// Reads and parses a TOML file.
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("cannot read config file {}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| {
+            let message = e.message().to_owned();
+            ConfigError(format!("config file {}: {message}", path.display()))
+        })
+    }
+
+    /// Applies the file's settings over `config`.
+    pub fn apply(self, config: &mut ServerConfig) -> Result<(), ConfigError> {
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if let Some(port) = self.port {
+            config.port = port;
+        }
+        if let Some(max) = self.max_connections {
+            config.max_connections = max;
+        }
+        if let Some(threads) = self.threads {
+            config.threads = threads;
+        }
+        if let Some(memory) = self.memory_limit_mb {
+            config.memory_limit_mb = memory;
+        }
+        if let Some(size) = self.max_item_size {
+            config.max_item_size = match size {
+                toml::Value::Integer(bytes) => usize::try_from(bytes)
+                    .map_err(|_| ConfigError(format!("max_item_size {bytes} is negative")))?,
+                toml::Value::String(text) => parse_size(&text)?,
+                other => {
+                    return Err(ConfigError(format!(
+                        "max_item_size must be a number or a size like \"2m\", not {other}"
+                    )))
+                }
+            };
+        }
+        if let Some(dir) = self.data_dir {
+            config.data_dir = dir;
+        }
+        if let Some(name) = self.durability {
+            config.durability = parse_durability(&name)?;
+        }
+        if let Some(verbose) = self.verbose {
+            config.verbose = verbose;
+        }
+        if let Some(segment) = self.segment_bytes_max {
+            config.segment_bytes_max = segment;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `always`, `everysec` or `none`.
+pub fn parse_durability(name: &str) -> Result<Durability, ConfigError> {
+    Durability::from_name(name).ok_or_else(|| {
+        ConfigError(format!(
+            "durability must be always, everysec or none, not {name:?}"
+        ))
+    })
+}
+
+/// Parses a size as memcached's `-I` does: bytes, or a number with a `k`,
+/// `m` or `g` suffix (powers of 1024).
+pub fn parse_size(text: &str) -> Result<usize, ConfigError> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last() {
+        Some((at, 'k' | 'K')) => (&text[..at], 1usize << 10),
+        Some((at, 'm' | 'M')) => (&text[..at], 1 << 20),
+        Some((at, 'g' | 'G')) => (&text[..at], 1 << 30),
+        _ => (text, 1),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|number| number.checked_mul(unit))
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{text:?} is not a size (e.g. 1048576, 512k, 2m, 1g)"
+            ))
+        })
+}
+
+impl ServerConfig {
+    /// Checks every setting against its limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use larder_protocol::limits::{ITEM_BYTES_MAX_CEILING, ITEM_BYTES_MAX_FLOOR};
+        if !(ITEM_BYTES_MAX_FLOOR..=ITEM_BYTES_MAX_CEILING).contains(&self.max_item_size) {
+            return Err(ConfigError(format!(
+                "max item size {} is outside {ITEM_BYTES_MAX_FLOOR}..={ITEM_BYTES_MAX_CEILING} bytes",
+                self.max_item_size
+            )));
+        }
+        if self.max_connections == 0 || self.max_connections > limits::CONNECTIONS_MAX_CEILING {
+            return Err(ConfigError(format!(
+                "max connections {} is outside 1..={}",
+                self.max_connections,
+                limits::CONNECTIONS_MAX_CEILING
+            )));
+        }
+        if self.threads == 0 || self.threads > 1024 {
+            return Err(ConfigError(format!(
+                "threads {} is outside 1..=1024",
+                self.threads
+            )));
+        }
+        if (self.segment_bytes_max as usize) < self.max_item_size.min(64 << 20) {
+            return Err(ConfigError(format!(
+                "segment size {} is smaller than the item size limit",
+                self.segment_bytes_max
+            )));
+        }
+        Ok(())
+    }
+
+    /// The engine configuration these settings imply.
+    pub fn engine_config(&self) -> larder_engine::Config {
+        let mut config = larder_engine::Config::new(&self.data_dir);
+        config.durability = self.durability;
+        config.cache_bytes_max = self.memory_limit_mb.saturating_mul(1 << 20);
+        config.segment_bytes_max = self.segment_bytes_max;
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_like_memcached() {
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("2m").unwrap(), 2 << 20);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn file_settings_override_defaults_and_unknown_names_are_refused() {
+        let file: ConfigFile =
+            toml::from_str("port = 12000\ndurability = \"always\"\nmax_item_size = \"2m\"")
+                .unwrap();
+        let mut config = ServerConfig::default();
+        file.apply(&mut config).unwrap();
+        assert_eq!(config.port, 12000);
+        assert_eq!(config.durability, Durability::Always);
+        assert_eq!(config.max_item_size, 2 << 20);
+        assert!(toml::from_str::<ConfigFile>("prot = 1").is_err());
+    }
+
+    #[test]
+    fn out_of_range_settings_are_rejected() {
+        let config = ServerConfig {
+            max_item_size: 10,
+            ..ServerConfig::default()
+        };
+        assert!(config.validate().is_err());
+        assert!(ServerConfig::default().validate().is_ok());
+    }
+}

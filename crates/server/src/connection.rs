@@ -1,0 +1,187 @@
+//! One client connection: read, parse, handle, commit, write, repeat.
+//!
+//! Each batch is everything parsed from one read: its writes are committed
+//! with one ticket (one group commit for a whole pipeline) and its replies
+//! are written with one `write`. A connection processes at most
+//! [`WRITE_BUFFER_BYTES_SOFT_MAX`] of replies before sending them, so a
+//! client that pipelines many large reads cannot make the server buffer
+//! without bound, and one that never reads its replies stops being read.
+
+use crate::limits::{
+    PARTIAL_REQUEST_TIMEOUT, READ_BUFFER_BYTES_INITIAL, WRITE_BUFFER_BYTES_SOFT_MAX, WRITE_TIMEOUT,
+};
+use crate::session::{Flow, Session, Shared};
+use bytes::{Buf, BytesMut};
+use larder_protocol::{parse, Parsed};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+/// Why a connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// The client closed it, or asked to (`quit`), or the server is shutting
+    /// down.
+    Done,
+    /// A protocol error that memcached answers by closing.
+    ProtocolClose,
+    /// A partial request sat too long, or replies could not be written.
+    TimedOut,
+}
+
+/// Serves one connection until it ends. Never panics on client input.
+pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    let mut connection = Connection {
+        stream,
+        input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
+        discard_bytes: 0,
+        session: Session::new(Arc::clone(&shared)),
+    };
+    let end = connection.run(&mut shutdown).await;
+    if end == End::TimedOut {
+        shared
+            .stats
+            .timed_out_connections
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    connection.session.batch_sent();
+    let _ = connection.stream.shutdown().await;
+}
+
+struct Connection {
+    stream: TcpStream,
+    input: BytesMut,
+    /// Bytes of a rejected data block still to be swallowed.
+    discard_bytes: u64,
+    session: Session,
+}
+
+impl Connection {
+    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>) -> End {
+        loop {
+            let flow = self.process();
+            if let Err(end) = self.flush().await {
+                return end;
+            }
+            match flow {
+                Processed::Close(end) => return end,
+                Processed::OutputFull => continue,
+                Processed::NeedInput => {}
+            }
+            if *shutdown.borrow() {
+                return End::Done;
+            }
+            match self.read(shutdown).await {
+                Ok(0) => return End::Done,
+                Ok(read) => self.session.counts.bytes_read += read as u64,
+                Err(end) => return end,
+            }
+        }
+    }
+
+    /// Reads more input; a partial request must make progress within the
+    /// timeout. Returns 0 at end of input or shutdown.
+    async fn read(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<usize, End> {
+        if self.input.is_empty() && self.input.capacity() > 4 * READ_BUFFER_BYTES_INITIAL {
+            self.input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
+        }
+        if self.input.capacity() == self.input.len() {
+            self.input.reserve(READ_BUFFER_BYTES_INITIAL);
+        }
+        let partial = !self.input.is_empty() || self.discard_bytes > 0;
+        let read = self.stream.read_buf(&mut self.input);
+        tokio::select! {
+            result = read => result.map_err(|_| End::Done),
+            () = tokio::time::sleep(PARTIAL_REQUEST_TIMEOUT), if partial => Err(End::TimedOut),
+            _ = shutdown.changed() => Ok(0),
+        }
+    }
+
+    /// Parses and handles buffered requests until input runs out, replies
+    /// pass the soft limit, or the connection must close.
+    fn process(&mut self) -> Processed {
+        let limits = self.session.shared.limits;
+        loop {
+            if self.discard_bytes > 0 {
+                let swallowed = self.discard_bytes.min(self.input.len() as u64);
+                self.input.advance(swallowed as usize);
+                self.discard_bytes -= swallowed;
+                if self.discard_bytes > 0 {
+                    return Processed::NeedInput;
+                }
+            }
+            if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                return Processed::OutputFull;
+            }
+            match parse(&self.input, &limits) {
+                Ok(Parsed::Complete {
+                    request,
+                    frame_bytes,
+                }) => {
+                    let flow = self.session.handle(request);
+                    self.input.advance(frame_bytes);
+                    if flow == Flow::Close {
+                        return Processed::Close(End::Done);
+                    }
+                }
+                Ok(Parsed::Incomplete { frame_bytes }) => {
+                    if let Some(frame) = frame_bytes {
+                        self.input.reserve(frame.saturating_sub(self.input.len()));
+                    }
+                    return Processed::NeedInput;
+                }
+                Err(error) => {
+                    if let Some(text) = error.reply() {
+                        self.session.output.extend_from_slice(text);
+                    }
+                    self.input.advance(error.consumed.min(self.input.len()));
+                    self.discard_bytes = error.discard_bytes;
+                    if error.closes_connection() {
+                        return Processed::Close(End::ProtocolClose);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits the batch's writes, then sends its replies.
+    async fn flush(&mut self) -> Result<(), End> {
+        let ticket = self.session.ticket;
+        if ticket != larder_engine::Ticket::NONE {
+            let commit = self.session.shared.engine.commit_async(ticket);
+            if let Err(error) = commit.await {
+                tracing::warn!(%error, "commit failed; the batch's writes are answered SERVER_ERROR");
+                self.session.fail_acks(&error);
+            }
+        }
+        if !self.session.output.is_empty() {
+            let written = self.session.output.len() as u64;
+            let write = self.stream.write_all(&self.session.output);
+            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(End::Done),
+                Err(_) => return Err(End::TimedOut),
+            }
+            self.session.counts.bytes_written += written;
+            self.session.output.clear();
+            if self.session.output.capacity() > 2 * WRITE_BUFFER_BYTES_SOFT_MAX {
+                self.session.output = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
+            }
+        }
+        self.session.batch_sent();
+        Ok(())
+    }
+}
+
+/// Where [`Connection::process`] stopped.
+enum Processed {
+    /// The buffer holds no complete request.
+    NeedInput,
+    /// Replies reached the soft limit: send them, then go on parsing.
+    OutputFull,
+    /// Send what is buffered, then close.
+    Close(End),
+}

@@ -1,0 +1,31 @@
+//! Every limit the server enforces, in one place.
+//!
+//! The protocol's own limits (key length, command line length, item size)
+//! live in `larder_protocol::limits`; these are the server's: how many
+//! connections, how much a connection may buffer, how long a half-sent
+//! request may sit.
+
+use std::time::Duration;
+
+/// Default `-c`: concurrent client connections (memcached's default).
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+/// Largest `-c` accepted.
+pub const CONNECTIONS_MAX_CEILING: usize = 1 << 20;
+/// Read buffer a connection starts with, and shrinks back to when idle.
+pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
+/// Replies buffered before the connection stops processing requests and
+/// writes them out (a client that pipelines many large gets cannot make the
+/// server buffer more than about this plus one value).
+pub const WRITE_BUFFER_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
+/// How long a connection may hold a partly received request without
+/// sending more bytes before it is closed.
+pub const PARTIAL_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long writing replies to a client that does not read may block before
+/// the connection is closed.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long graceful shutdown waits for connections to finish their
+/// current requests.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
+const _: () = assert!(CONNECTIONS_MAX_DEFAULT <= CONNECTIONS_MAX_CEILING);

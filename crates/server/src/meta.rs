@@ -1,0 +1,324 @@
+//! The meta protocol's commands (mg, ms, md, ma, me), each a method of
+//! [`Session`]. Replies carry the requested return flags in request order,
+//! then the markers `W` (you win: recache this item), `X` (stale) and `Z`
+//! (another client already won), in memcached's order.
+
+use crate::session::Session;
+use larder_engine::{
+    Arith, ArithOutcome, DeleteOutcome, Item, ReadOptions, StoreMode, StoreOutcome,
+};
+use larder_protocol::reply::meta::{ItemInfo, MetaDebugLine, MetaLine, MetaStatus};
+use larder_protocol::reply::{self, VALUE_TRAILER};
+use larder_protocol::request::{
+    MetaArithmetic, MetaArithmeticMode, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaKey,
+    MetaSet, MetaSetMode,
+};
+
+/// memcached's reply to ma on a value that is not a number.
+const NON_NUMERIC: &[u8] = b"cannot increment or decrement non-numeric value";
+
+impl Session {
+    /// What an item tells the return flags.
+    fn item_info(&self, item: &Item) -> ItemInfo {
+        let now = self.now();
+        let ttl_secs = if item.exptime == 0 {
+            -1
+        } else {
+            i64::from(item.exptime.saturating_sub(now))
+        };
+        ItemInfo {
+            cas: Some(item.cas),
+            client_flags: Some(item.flags),
+            size: Some(item.value.len() as u64),
+            ttl_secs: Some(ttl_secs),
+            hit_before: Some(item.fetched_before),
+            last_access_secs: Some(u64::from(now.saturating_sub(item.last_access))),
+        }
+    }
+
+    /// A status line with the return flags that a miss or a write can
+    /// answer (`O`, `k`, and `c` when a cas is known).
+    fn meta_status(
+        &mut self,
+        status: MetaStatus,
+        key: &MetaKey<'_>,
+        flags: &MetaFlags<'_>,
+        cas: Option<u64>,
+    ) {
+        let info = ItemInfo {
+            cas,
+            ..ItemInfo::default()
+        };
+        let mut line = MetaLine::status(&mut self.output, status);
+        line.return_flags(flags, key, &info);
+        line.finish();
+    }
+
+    /// mg.
+    pub(crate) fn meta_get(&mut self, get: &MetaGet<'_>) {
+        self.counts.cmd_meta += 1;
+        self.counts.cmd_get += 1;
+        let key_bytes = get.key.bytes();
+        let key: &[u8] = &key_bytes;
+        let flags = &get.flags;
+        let options = ReadOptions {
+            touch: flags.ttl.map(|ttl| self.expiry(ttl)),
+            recache_below_secs: flags.recache_ttl.map(|ttl| ttl.max(0) as u32),
+            claim_win: true,
+        };
+        let found = match self.engine().get_with(key, options) {
+            Ok((found, ticket)) => {
+                self.wrote(ticket);
+                found
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let item = match (found, flags.vivify_ttl) {
+            (Some(item), _) => Some(item),
+            (None, Some(ttl)) => match self.vivify(key, ttl) {
+                Ok(item) => item,
+                Err(error) => return self.engine_error(&error),
+            },
+            (None, None) => None,
+        };
+        let Some(item) = item else {
+            self.counts.get_misses += 1;
+            if !flags.quiet {
+                self.meta_status(MetaStatus::Miss, &get.key, flags, None);
+            }
+            return;
+        };
+        self.counts.get_hits += 1;
+        let info = self.item_info(&item);
+        let mut line = if flags.return_value {
+            MetaLine::value(&mut self.output, item.value.len())
+        } else {
+            MetaLine::status(&mut self.output, MetaStatus::Header)
+        };
+        line.return_flags(flags, &get.key, &info);
+        if item.win_already_sent {
+            line.flag(b'Z');
+        }
+        if item.stale {
+            line.flag(b'X');
+        }
+        if item.win {
+            line.flag(b'W');
+        }
+        line.finish();
+        if flags.return_value {
+            self.output.extend_from_slice(&item.value);
+            self.output.extend_from_slice(VALUE_TRAILER);
+        }
+    }
+
+    /// Creates an empty item on a miss (`mg … N<ttl>`); the creator wins.
+    fn vivify(&mut self, key: &[u8], ttl: i32) -> Result<Option<Item>, larder_engine::Error> {
+        let expiry = self.expiry(ttl);
+        let (created, ticket) = self.engine().vivify(key, expiry)?;
+        self.wrote(ticket);
+        let options = ReadOptions {
+            claim_win: !created,
+            ..ReadOptions::default()
+        };
+        let (item, _) = self.engine().get_with(key, options)?;
+        Ok(item.map(|mut item| {
+            if created {
+                item.win = true;
+                item.win_already_sent = false;
+                item.fetched_before = false;
+            }
+            item
+        }))
+    }
+
+    /// ms.
+    pub(crate) fn meta_set(&mut self, set: &MetaSet<'_>) {
+        self.counts.cmd_meta += 1;
+        self.counts.cmd_set += 1;
+        let key_bytes = set.key.bytes();
+        let key: &[u8] = &key_bytes;
+        let flags = &set.flags;
+        let mode = match (set.mode, flags.compare_cas) {
+            (MetaSetMode::Set, Some(cas)) => StoreMode::Cas(cas),
+            (MetaSetMode::Set, None) => StoreMode::Set,
+            (MetaSetMode::Add, _) => StoreMode::Add,
+            (MetaSetMode::Append, _) => StoreMode::Append,
+            (MetaSetMode::Prepend, _) => StoreMode::Prepend,
+            (MetaSetMode::Replace, _) => StoreMode::Replace,
+        };
+        let expiry = self.expiry(flags.ttl.unwrap_or(0));
+        let client_flags = flags.client_flags.unwrap_or(0);
+        let outcome = match self
+            .engine()
+            .store(mode, key, set.value, client_flags, expiry)
+        {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let (status, cas) = match outcome {
+            StoreOutcome::Stored { cas } => (MetaStatus::Header, Some(cas)),
+            StoreOutcome::NotStored => (MetaStatus::NotStored, None),
+            StoreOutcome::Exists => (MetaStatus::Exists, None),
+            StoreOutcome::NotFound => (MetaStatus::NotFound, None),
+        };
+        if flags.quiet && status == MetaStatus::Header {
+            return;
+        }
+        let start = self.output.len();
+        self.meta_status(status, &set.key, flags, cas);
+        if status == MetaStatus::Header {
+            self.mark_ack(start);
+        }
+    }
+
+    /// Records `output[start..]` as an acknowledgement of a write.
+    fn mark_ack(&mut self, start: usize) {
+        let end = self.output.len();
+        let tail = self.output.split_off(start);
+        self.ack(|out| out.extend_from_slice(&tail));
+        debug_assert_eq!(self.output.len(), end);
+    }
+
+    /// md.
+    pub(crate) fn meta_delete(&mut self, delete: &MetaDelete<'_>) {
+        self.counts.cmd_meta += 1;
+        let key_bytes = delete.key.bytes();
+        let key: &[u8] = &key_bytes;
+        let flags = &delete.flags;
+        let result = if flags.invalidate {
+            let expiry = flags.ttl.map(|ttl| self.expiry(ttl));
+            self.engine().invalidate(key, flags.compare_cas, expiry)
+        } else {
+            self.engine().delete(key, flags.compare_cas)
+        };
+        let outcome = match result {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let status = match outcome {
+            DeleteOutcome::Deleted => {
+                self.counts.delete_hits += 1;
+                MetaStatus::Header
+            }
+            DeleteOutcome::NotFound => {
+                self.counts.delete_misses += 1;
+                MetaStatus::NotFound
+            }
+            DeleteOutcome::Exists => MetaStatus::Exists,
+        };
+        if flags.quiet && status == MetaStatus::Header {
+            return;
+        }
+        let start = self.output.len();
+        self.meta_status(status, &delete.key, flags, None);
+        if status == MetaStatus::Header {
+            self.mark_ack(start);
+        }
+    }
+
+    /// ma.
+    pub(crate) fn meta_arithmetic(&mut self, arith: &MetaArithmetic<'_>) {
+        self.counts.cmd_meta += 1;
+        let key_bytes = arith.key.bytes();
+        let key: &[u8] = &key_bytes;
+        let flags = &arith.flags;
+        let incr = arith.mode == MetaArithmeticMode::Increment;
+        let request = Arith {
+            incr,
+            delta: arith.delta,
+            cas: flags.compare_cas,
+            initial: flags
+                .vivify_ttl
+                .map(|ttl| (flags.initial.unwrap_or(0), self.expiry(ttl))),
+        };
+        let outcome = match self.engine().arith(key, request) {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        match outcome {
+            ArithOutcome::Value { .. } if incr => self.counts.incr_hits += 1,
+            ArithOutcome::Value { .. } => self.counts.decr_hits += 1,
+            _ if incr => self.counts.incr_misses += 1,
+            _ => self.counts.decr_misses += 1,
+        }
+        match outcome {
+            ArithOutcome::Value { value, cas } => self.meta_arith_value(arith, key, value, cas),
+            ArithOutcome::NotFound => {
+                self.meta_status(MetaStatus::NotFound, &arith.key, flags, None)
+            }
+            ArithOutcome::Exists => self.meta_status(MetaStatus::Exists, &arith.key, flags, None),
+            ArithOutcome::NonNumeric => reply::write_client_error(&mut self.output, NON_NUMERIC),
+        }
+    }
+
+    fn meta_arith_value(&mut self, arith: &MetaArithmetic<'_>, key: &[u8], value: u64, cas: u64) {
+        let flags = &arith.flags;
+        if let Some(ttl) = flags.ttl {
+            let expiry = self.expiry(ttl);
+            match self.engine().touch(key, expiry) {
+                Ok((_, ticket)) => self.wrote(ticket),
+                Err(error) => return self.engine_error(&error),
+            }
+        }
+        if flags.quiet && !flags.return_value {
+            return;
+        }
+        let mut info = ItemInfo {
+            cas: Some(cas),
+            ..ItemInfo::default()
+        };
+        if flags.return_ttl {
+            if let Ok(Some(item)) = self.engine().get(key) {
+                info.ttl_secs = self.item_info(&item).ttl_secs;
+            }
+        }
+        let text = value.to_string();
+        let start = self.output.len();
+        let mut line = if flags.return_value {
+            MetaLine::value(&mut self.output, text.len())
+        } else {
+            MetaLine::status(&mut self.output, MetaStatus::Header)
+        };
+        line.return_flags(flags, &arith.key, &info);
+        line.finish();
+        if flags.return_value {
+            self.output.extend_from_slice(text.as_bytes());
+            self.output.extend_from_slice(VALUE_TRAILER);
+        }
+        self.mark_ack(start);
+    }
+
+    /// me: a debug line about an item.
+    pub(crate) fn meta_debug(&mut self, debug: &MetaDebug<'_>) {
+        self.counts.cmd_meta += 1;
+        let key_bytes = debug.key.bytes();
+        let key: &[u8] = &key_bytes;
+        let item = match self.engine().get(key) {
+            Ok(item) => item,
+            Err(error) => return self.engine_error(&error),
+        };
+        let Some(item) = item else {
+            MetaLine::status(&mut self.output, MetaStatus::Miss).finish();
+            return;
+        };
+        let info = self.item_info(&item);
+        let mut line = MetaDebugLine::start(&mut self.output, key, debug.key.is_base64());
+        line.field_i64(b"exp", info.ttl_secs.unwrap_or(-1));
+        line.field_i64(b"la", info.last_access_secs.unwrap_or(0) as i64);
+        line.field_i64(b"cas", item.cas as i64);
+        line.field(b"fetch", if item.fetched_before { b"yes" } else { b"no" });
+        line.field_i64(b"cls", 1);
+        line.field_i64(b"size", (key.len() + item.value.len()) as i64);
+        line.finish();
+    }
+}

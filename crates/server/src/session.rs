@@ -1,0 +1,160 @@
+//! One connection's request handling: turns parsed requests into engine
+//! calls and replies, with no I/O of its own.
+//!
+//! A [`Session`] belongs to one connection task. It appends replies to its
+//! output buffer and remembers the latest write [`Ticket`] of the batch; the
+//! connection commits that ticket before sending the batch's replies, so a
+//! pipelined batch of writes shares one group commit. Should the commit fail,
+//! [`Session::fail_acks`] turns every acknowledgement of the batch into a
+//! `SERVER_ERROR` before anything is sent.
+
+use crate::stats::{CommandCounts, ServerStats};
+use crate::ServerConfig;
+use bytes::BytesMut;
+use larder_engine::{Engine, Error as EngineError, Expiry, Ticket};
+use larder_protocol::reply::{self, Reply};
+use larder_protocol::{Limits, Request};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep reading requests.
+    Continue,
+    /// Send what is buffered, then close (`quit`).
+    Close,
+}
+
+/// State shared by every connection.
+pub struct Shared {
+    /// The storage engine.
+    pub engine: Arc<Engine>,
+    /// Server figures.
+    pub stats: ServerStats,
+    /// The configuration the server runs with.
+    pub config: ServerConfig,
+    /// Protocol limits derived from the configuration.
+    pub limits: Limits,
+}
+
+/// Per-connection request handling. See the module documentation.
+pub struct Session {
+    pub(crate) shared: Arc<Shared>,
+    /// Replies not yet sent.
+    pub output: BytesMut,
+    /// Byte ranges of `output` that acknowledge a write of this batch.
+    acks: Vec<Range<usize>>,
+    /// The latest write of this batch: committing it commits them all.
+    pub ticket: Ticket,
+    /// Counts not yet merged into the shared stats.
+    pub counts: CommandCounts,
+}
+
+impl Session {
+    /// A session for a new connection.
+    pub fn new(shared: Arc<Shared>) -> Session {
+        Session {
+            shared,
+            output: BytesMut::with_capacity(crate::limits::READ_BUFFER_BYTES_INITIAL),
+            acks: Vec::new(),
+            ticket: Ticket::NONE,
+            counts: CommandCounts::default(),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.shared.engine
+    }
+
+    pub(crate) fn now(&self) -> u32 {
+        self.shared.engine.clock().now()
+    }
+
+    /// Converts a client's exptime with memcached's rules.
+    pub(crate) fn expiry(&self, exptime: i32) -> Expiry {
+        Expiry::from_memcached(i64::from(exptime), self.now())
+    }
+
+    /// Notes a write to commit before this batch's replies are sent.
+    pub(crate) fn wrote(&mut self, ticket: Ticket) {
+        self.ticket = self.ticket.max(ticket);
+    }
+
+    /// Writes a reply that acknowledges a write of this batch.
+    pub(crate) fn ack(&mut self, write: impl FnOnce(&mut BytesMut)) {
+        let start = self.output.len();
+        write(&mut self.output);
+        self.acks.push(start..self.output.len());
+    }
+
+    /// Replies to an engine error with memcached's `SERVER_ERROR` line,
+    /// saying whether a retry may help.
+    pub(crate) fn engine_error(&mut self, error: &EngineError) {
+        self.counts.server_errors += 1;
+        let message = match error {
+            EngineError::TooLarge(_) => "object too large for cache".to_owned(),
+            error if error.is_temporary() => format!("temporary failure, retry later: {error}"),
+            error => format!("{error}"),
+        };
+        let message = message.replace(['\r', '\n'], " ");
+        reply::write_server_error(&mut self.output, message.as_bytes());
+    }
+
+    /// The batch's commit failed: every acknowledgement becomes an error.
+    pub fn fail_acks(&mut self, error: &EngineError) {
+        let message = format!("SERVER_ERROR write not durable, retry later: {error}")
+            .replace(['\r', '\n'], " ");
+        let mut rebuilt = BytesMut::with_capacity(self.output.len());
+        let mut at = 0;
+        for ack in self.acks.drain(..) {
+            rebuilt.extend_from_slice(self.output.get(at..ack.start).unwrap_or_default());
+            rebuilt.extend_from_slice(message.as_bytes());
+            rebuilt.extend_from_slice(b"\r\n");
+            at = ack.end;
+        }
+        rebuilt.extend_from_slice(self.output.get(at..).unwrap_or_default());
+        self.output = rebuilt;
+        self.counts.server_errors += 1;
+    }
+
+    /// Forgets the batch's acknowledgements once they are safe to send.
+    pub fn batch_sent(&mut self) {
+        self.acks.clear();
+        self.ticket = Ticket::NONE;
+        self.shared.stats.counts.merge(&mut self.counts);
+    }
+
+    /// Handles one request, appending its reply.
+    pub fn handle(&mut self, request: Request<'_>) -> Flow {
+        match request {
+            Request::Retrieval(get) => self.retrieval(&get),
+            Request::Store(store) => self.store(&store),
+            Request::Delete(delete) => self.delete(&delete),
+            Request::Arithmetic(arith) => self.arithmetic(&arith),
+            Request::Touch(touch) => self.touch(&touch),
+            Request::FlushAll(flush) => self.flush_all(&flush),
+            Request::Stats(stats) => self.stats(&stats),
+            Request::Version => {
+                reply::write_version(&mut self.output, crate::stats::VERSION.as_bytes());
+            }
+            Request::Verbosity(verbosity) => {
+                self.shared.stats.verbosity.store(
+                    u64::from(verbosity.level),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                if !verbosity.noreply {
+                    reply::write_reply(&mut self.output, Reply::Ok);
+                }
+            }
+            Request::Quit => return Flow::Close,
+            Request::MetaGet(get) => self.meta_get(&get),
+            Request::MetaSet(set) => self.meta_set(&set),
+            Request::MetaDelete(delete) => self.meta_delete(&delete),
+            Request::MetaArithmetic(arith) => self.meta_arithmetic(&arith),
+            Request::MetaNoop => reply::meta::write_meta_noop(&mut self.output),
+            Request::MetaDebug(debug) => self.meta_debug(&debug),
+        }
+        Flow::Continue
+    }
+}

@@ -1,0 +1,285 @@
+//! The server's counters and the `stats` command's output.
+//!
+//! Each connection counts into a plain local [`CommandCounts`] and adds it
+//! to the shared atomics once per batch of requests, so counting costs no
+//! shared-cache-line traffic per request.
+
+use crate::config::ServerConfig;
+use bytes::BytesMut;
+use larder_engine::Stats as EngineStats;
+use larder_protocol::reply::{write_stat, write_stat_u64};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+macro_rules! command_counts {
+    ($($name:ident),* $(,)?) => {
+        /// Per-connection counts, merged into [`ServerStats`] per batch.
+        #[derive(Debug, Default, Clone, Copy)]
+        pub struct CommandCounts {
+            $(
+                #[doc = concat!("memcached's `", stringify!($name), "`.")]
+                pub $name: u64,
+            )*
+        }
+
+        /// The shared counters.
+        #[derive(Debug, Default)]
+        pub struct Counts {
+            $(
+                #[doc = concat!("memcached's `", stringify!($name), "`.")]
+                pub $name: AtomicU64,
+            )*
+        }
+
+        impl Counts {
+            /// Adds a connection's counts and zeroes them.
+            pub fn merge(&self, local: &mut CommandCounts) {
+                $(
+                    if local.$name != 0 {
+                        self.$name.fetch_add(local.$name, Ordering::Relaxed);
+                    }
+                )*
+                *local = CommandCounts::default();
+            }
+
+            /// Writes every counter as a `STAT` line.
+            fn write(&self, out: &mut BytesMut) {
+                $(
+                    write_stat_u64(out, stringify!($name).as_bytes(), self.$name.load(Ordering::Relaxed));
+                )*
+            }
+        }
+    };
+}
+
+command_counts!(
+    cmd_get,
+    cmd_set,
+    cmd_flush,
+    cmd_touch,
+    cmd_meta,
+    get_hits,
+    get_misses,
+    get_expired,
+    get_flushed,
+    delete_misses,
+    delete_hits,
+    incr_misses,
+    incr_hits,
+    decr_misses,
+    decr_hits,
+    cas_misses,
+    cas_hits,
+    cas_badval,
+    touch_hits,
+    touch_misses,
+    store_too_large,
+    store_no_memory,
+    bytes_read,
+    bytes_written,
+    server_errors,
+);
+
+/// Server-wide figures.
+#[derive(Debug)]
+pub struct ServerStats {
+    /// Command counters.
+    pub counts: Counts,
+    /// Connections open now.
+    pub curr_connections: AtomicU64,
+    /// Connections accepted since start.
+    pub total_connections: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub rejected_connections: AtomicU64,
+    /// Connections closed for sitting on a partial request too long.
+    pub timed_out_connections: AtomicU64,
+    /// Current `verbosity` level.
+    pub verbosity: AtomicU64,
+    started: Instant,
+}
+
+impl Default for ServerStats {
+    fn default() -> Self {
+        ServerStats {
+            counts: Counts::default(),
+            curr_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            timed_out_connections: AtomicU64::new(0),
+            verbosity: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// The version reported by `version` and `stats`: memcached-style numbers
+/// first so clients that parse it see a 1.6 server, then Larder's own.
+pub const VERSION: &str = concat!("1.6.0-larder-", env!("CARGO_PKG_VERSION"));
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+impl ServerStats {
+    /// `stats` with no argument: memcached's general figures, then Larder's.
+    pub fn write_general(&self, config: &ServerConfig, engine: &EngineStats, out: &mut BytesMut) {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        write_stat_u64(out, b"pid", u64::from(std::process::id()));
+        write_stat_u64(out, b"uptime", self.started.elapsed().as_secs());
+        write_stat_u64(out, b"time", unix_now());
+        write_stat(out, b"version", VERSION.as_bytes());
+        write_stat_u64(out, b"pointer_size", usize::BITS.into());
+        let (user, system) = rusage();
+        write_stat(out, b"rusage_user", user.as_bytes());
+        write_stat(out, b"rusage_system", system.as_bytes());
+        write_stat_u64(out, b"max_connections", config.max_connections as u64);
+        write_stat_u64(out, b"curr_connections", load(&self.curr_connections));
+        write_stat_u64(out, b"total_connections", load(&self.total_connections));
+        write_stat_u64(
+            out,
+            b"rejected_connections",
+            load(&self.rejected_connections),
+        );
+        write_stat_u64(out, b"connection_structures", load(&self.curr_connections));
+        self.counts.write(out);
+        write_stat_u64(out, b"limit_maxbytes", engine.cache_bytes_max);
+        write_stat_u64(out, b"accepting_conns", 1);
+        write_stat_u64(out, b"threads", config.threads as u64);
+        write_stat_u64(out, b"bytes", engine.item_bytes);
+        write_stat_u64(out, b"curr_items", engine.items);
+        write_stat_u64(out, b"total_items", load(&self.counts.cmd_set));
+        write_stat_u64(out, b"evictions", 0);
+        write_stat_u64(out, b"reclaimed", engine.reclaimed_items);
+        self.write_larder(config, engine, out);
+    }
+
+    /// Larder's own figures, all prefixed `larder_`.
+    fn write_larder(&self, config: &ServerConfig, engine: &EngineStats, out: &mut BytesMut) {
+        let stat = |out: &mut BytesMut, name: &str, value: u64| {
+            write_stat_u64(out, format!("larder_{name}").as_bytes(), value);
+        };
+        write_stat(
+            out,
+            b"larder_durability",
+            config.durability.name().as_bytes(),
+        );
+        stat(out, "cached_value_bytes", engine.cached_bytes);
+        stat(out, "cache_evictions", engine.cache_evictions);
+        stat(out, "disk_reads", engine.disk_reads);
+        stat(out, "segments", engine.segments);
+        stat(out, "disk_bytes", engine.disk_bytes);
+        stat(out, "live_bytes", engine.live_bytes);
+        stat(out, "dead_bytes", engine.dead_bytes);
+        stat(out, "log_bytes_written", engine.log_bytes_written);
+        stat(out, "write_errors", engine.write_errors);
+        stat(out, "fsyncs", engine.fsyncs);
+        stat(out, "fsync_micros_total", engine.fsync_micros_total);
+        stat(out, "fsync_micros_max", engine.fsync_micros_max);
+        stat(out, "group_commits", engine.group_commits);
+        stat(out, "group_commit_writers", engine.group_commit_writers);
+        stat(
+            out,
+            "group_commit_writers_max",
+            engine.group_commit_writers_max,
+        );
+        stat(out, "compactions", engine.compactions);
+        stat(out, "compaction_bytes_read", engine.compaction_bytes_read);
+        stat(
+            out,
+            "compaction_bytes_written",
+            engine.compaction_bytes_written,
+        );
+        stat(
+            out,
+            "recovery_millis",
+            engine.recovery.duration.as_millis() as u64,
+        );
+        stat(out, "recovery_records", engine.recovery.records);
+        stat(
+            out,
+            "recovery_truncated_bytes",
+            engine.recovery.truncated_bytes,
+        );
+        stat(
+            out,
+            "timed_out_connections",
+            self.timed_out_connections.load(Ordering::Relaxed),
+        );
+        let failing = u64::from(engine.sync_failure.is_some());
+        stat(out, "writes_failing", failing);
+    }
+
+    /// `stats settings`.
+    pub fn write_settings(&self, config: &ServerConfig, out: &mut BytesMut) {
+        write_stat_u64(
+            out,
+            b"maxbytes",
+            config.memory_limit_mb.saturating_mul(1 << 20),
+        );
+        write_stat_u64(out, b"maxconns", config.max_connections as u64);
+        write_stat_u64(out, b"tcpport", u64::from(config.port));
+        write_stat_u64(out, b"udpport", 0);
+        write_stat(out, b"inter", config.listen.to_string().as_bytes());
+        write_stat_u64(out, b"verbosity", self.verbosity.load(Ordering::Relaxed));
+        write_stat(out, b"evictions", b"off");
+        write_stat_u64(out, b"num_threads", config.threads as u64);
+        write_stat(out, b"cas_enabled", b"yes");
+        write_stat_u64(out, b"item_size_max", config.max_item_size as u64);
+        write_stat(out, b"flush_enabled", b"yes");
+        write_stat(
+            out,
+            b"larder_durability",
+            config.durability.name().as_bytes(),
+        );
+        write_stat(
+            out,
+            b"larder_data_dir",
+            config.data_dir.display().to_string().as_bytes(),
+        );
+        write_stat_u64(
+            out,
+            b"larder_segment_bytes_max",
+            u64::from(config.segment_bytes_max),
+        );
+    }
+
+    /// `stats items`: memcached reports per slab class; Larder has one class.
+    pub fn write_items(&self, engine: &EngineStats, out: &mut BytesMut) {
+        write_stat_u64(out, b"items:1:number", engine.items);
+        write_stat_u64(out, b"items:1:evicted", 0);
+        write_stat_u64(out, b"items:1:reclaimed", engine.reclaimed_items);
+    }
+
+    /// `stats segments` (Larder's own): one line per segment file.
+    pub fn write_segments(&self, engine: &EngineStats, out: &mut BytesMut) {
+        for segment in &engine.segment_details {
+            let value = format!(
+                "len={} live={} dead={} sealed={}",
+                segment.len_bytes,
+                segment.live_bytes,
+                segment.len_bytes.saturating_sub(segment.live_bytes),
+                u8::from(segment.sealed)
+            );
+            write_stat(
+                out,
+                format!("segment:{}", segment.id).as_bytes(),
+                value.as_bytes(),
+            );
+        }
+    }
+}
+
+/// User and system CPU time as memcached prints them (`seconds.micros`).
+fn rusage() -> (String, String) {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a complete rusage into the pointer, which is
+    // valid and aligned for it; zeroed() also makes it a valid value before.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let format = |time: libc::timeval| format!("{}.{:06}", time.tv_sec, time.tv_usec);
+    (format(usage.ru_utime), format(usage.ru_stime))
+}

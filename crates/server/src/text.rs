@@ -1,0 +1,233 @@
+//! The text protocol's commands, each a method of [`Session`].
+
+use crate::session::Session;
+use larder_engine::{Arith, ArithOutcome, DeleteOutcome, ReadOptions, StoreMode, StoreOutcome};
+use larder_protocol::reply::{self, Reply};
+use larder_protocol::request::{
+    Arithmetic, Delete, Direction, FlushAll, Retrieval, Stats, Store, StoreCommand, Touch,
+};
+use larder_protocol::RetrievalCommand;
+
+/// memcached's reply to incr/decr on a value that is not a number.
+const NON_NUMERIC: &[u8] = b"cannot increment or decrement non-numeric value";
+
+impl Session {
+    /// get, gets, gat, gats.
+    pub(crate) fn retrieval(&mut self, get: &Retrieval<'_>) {
+        let with_cas = get.command.returns_cas();
+        let touch = match get.command {
+            RetrievalCommand::Gat | RetrievalCommand::Gats => {
+                get.exptime.map(|exptime| self.expiry(exptime))
+            }
+            RetrievalCommand::Get | RetrievalCommand::Gets => None,
+        };
+        let options = ReadOptions {
+            touch,
+            ..ReadOptions::default()
+        };
+        for key in get.keys.iter() {
+            if touch.is_some() {
+                self.counts.cmd_touch += 1;
+            }
+            self.counts.cmd_get += 1;
+            match self.engine().get_with(key, options) {
+                Ok((Some(item), ticket)) => {
+                    self.wrote(ticket);
+                    self.counts.get_hits += 1;
+                    if touch.is_some() {
+                        self.counts.touch_hits += 1;
+                    }
+                    let cas = with_cas.then_some(item.cas);
+                    reply::write_value(&mut self.output, key, item.flags, &item.value, cas);
+                }
+                Ok((None, _)) => {
+                    self.counts.get_misses += 1;
+                    if touch.is_some() {
+                        self.counts.touch_misses += 1;
+                    }
+                }
+                Err(error) => {
+                    self.engine_error(&error);
+                    return;
+                }
+            }
+        }
+        reply::write_reply(&mut self.output, Reply::End);
+    }
+
+    /// set, add, replace, append, prepend, cas.
+    pub(crate) fn store(&mut self, store: &Store<'_>) {
+        self.counts.cmd_set += 1;
+        let mode = match store.command {
+            StoreCommand::Set => StoreMode::Set,
+            StoreCommand::Add => StoreMode::Add,
+            StoreCommand::Replace => StoreMode::Replace,
+            StoreCommand::Append => StoreMode::Append,
+            StoreCommand::Prepend => StoreMode::Prepend,
+            StoreCommand::Cas => StoreMode::Cas(store.cas_unique.unwrap_or_default()),
+        };
+        let expiry = self.expiry(store.exptime);
+        let result = self
+            .engine()
+            .store(mode, store.key, store.value, store.flags, expiry);
+        let outcome = match result {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let is_cas = matches!(mode, StoreMode::Cas(_));
+        let answer = match outcome {
+            StoreOutcome::Stored { .. } => {
+                if is_cas {
+                    self.counts.cas_hits += 1;
+                }
+                Reply::Stored
+            }
+            StoreOutcome::NotStored => Reply::NotStored,
+            StoreOutcome::Exists => {
+                self.counts.cas_badval += 1;
+                Reply::Exists
+            }
+            StoreOutcome::NotFound => {
+                self.counts.cas_misses += 1;
+                Reply::NotFound
+            }
+        };
+        if !store.noreply {
+            self.ack(|out| reply::write_reply(out, answer));
+        }
+    }
+
+    /// delete.
+    pub(crate) fn delete(&mut self, delete: &Delete<'_>) {
+        let outcome = match self.engine().delete(delete.key, None) {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let answer = if outcome == DeleteOutcome::Deleted {
+            self.counts.delete_hits += 1;
+            Reply::Deleted
+        } else {
+            self.counts.delete_misses += 1;
+            Reply::NotFound
+        };
+        if !delete.noreply {
+            self.ack(|out| reply::write_reply(out, answer));
+        }
+    }
+
+    /// incr, decr.
+    pub(crate) fn arithmetic(&mut self, arith: &Arithmetic<'_>) {
+        let incr = arith.direction == Direction::Increment;
+        let request = Arith {
+            incr,
+            delta: arith.delta,
+            cas: None,
+            initial: None,
+        };
+        let outcome = match self.engine().arith(arith.key, request) {
+            Ok((outcome, ticket)) => {
+                self.wrote(ticket);
+                outcome
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        let (hits, misses) = if incr {
+            (&mut self.counts.incr_hits, &mut self.counts.incr_misses)
+        } else {
+            (&mut self.counts.decr_hits, &mut self.counts.decr_misses)
+        };
+        match outcome {
+            ArithOutcome::Value { .. } => *hits += 1,
+            _ => *misses += 1,
+        }
+        if arith.noreply {
+            return;
+        }
+        match outcome {
+            ArithOutcome::Value { value, .. } => self.ack(|out| reply::write_number(out, value)),
+            ArithOutcome::NotFound | ArithOutcome::Exists => {
+                reply::write_reply(&mut self.output, Reply::NotFound);
+            }
+            ArithOutcome::NonNumeric => reply::write_client_error(&mut self.output, NON_NUMERIC),
+        }
+    }
+
+    /// touch.
+    pub(crate) fn touch(&mut self, touch: &Touch<'_>) {
+        self.counts.cmd_touch += 1;
+        let expiry = self.expiry(touch.exptime);
+        let found = match self.engine().touch(touch.key, expiry) {
+            Ok((found, ticket)) => {
+                self.wrote(ticket);
+                found
+            }
+            Err(error) => return self.engine_error(&error),
+        };
+        if found {
+            self.counts.touch_hits += 1;
+        } else {
+            self.counts.touch_misses += 1;
+        }
+        if !touch.noreply {
+            let answer = if found {
+                Reply::Touched
+            } else {
+                Reply::NotFound
+            };
+            self.ack(|out| reply::write_reply(out, answer));
+        }
+    }
+
+    /// flush_all [delay].
+    pub(crate) fn flush_all(&mut self, flush: &FlushAll) {
+        self.counts.cmd_flush += 1;
+        let delay_secs = match flush.delay {
+            Some(delay) if delay > 0 => match self.expiry(delay) {
+                larder_engine::Expiry::At(at) => at.saturating_sub(self.now()),
+                _ => 0,
+            },
+            _ => 0,
+        };
+        match self.engine().flush_all(delay_secs) {
+            Ok(ticket) => self.wrote(ticket),
+            Err(error) => return self.engine_error(&error),
+        }
+        if !flush.noreply {
+            self.ack(|out| reply::write_reply(out, Reply::Ok));
+        }
+    }
+
+    /// stats [group].
+    pub(crate) fn stats(&mut self, stats: &Stats<'_>) {
+        let shared = std::sync::Arc::clone(&self.shared);
+        match stats.group() {
+            None => {
+                let engine = shared.engine.stats();
+                shared
+                    .stats
+                    .write_general(&shared.config, &engine, &mut self.output);
+            }
+            Some(b"settings") => shared
+                .stats
+                .write_settings(&shared.config, &mut self.output),
+            Some(b"items") => shared
+                .stats
+                .write_items(&shared.engine.stats(), &mut self.output),
+            Some(b"segments") => shared
+                .stats
+                .write_segments(&shared.engine.stats(), &mut self.output),
+            Some(b"slabs" | b"sizes" | b"conns") => {}
+            Some(_) => {
+                reply::write_reply(&mut self.output, Reply::Error);
+                return;
+            }
+        }
+        reply::write_reply(&mut self.output, Reply::End);
+    }
+}
