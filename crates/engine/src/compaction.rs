@@ -16,7 +16,6 @@
 //! One compaction runs at a time (`Inner::compaction_lock`). It takes each
 //! key's partition lock only to check or switch that key: O(1) per record.
 
-use crate::clock::is_expired;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::fs::join;
@@ -285,7 +284,7 @@ fn compact_segment(
         .compaction_bytes_read
         .fetch_add(len, Ordering::Relaxed);
     let start = u64::from(segment::HEADER_BYTES);
-    let now = inner.clock.now();
+    let flush_seq = inner.flush_seq.load(Ordering::Acquire);
     let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
         let key = bytes.get(header.key_range()).unwrap_or_default();
         let value = bytes.get(header.value_range()).unwrap_or_default();
@@ -293,7 +292,7 @@ fn compact_segment(
             Kind::Put => live_put(inner, segment.id, offset as u32, header, key),
             Kind::Delete => tombstone_needed(inner, header, key, min_seq_elsewhere),
             Kind::Touch => touch_needed(inner, header, key, touch_target(header, bytes)),
-            Kind::Flush => pending_flush(header, now),
+            Kind::Flush => pending_flush(header, flush_seq),
         };
         let Some(header) = keep else {
             return Ok(());
@@ -386,10 +385,12 @@ fn touch_needed(inner: &Inner, header: &Header, key: &[u8], target: u64) -> Opti
     })
 }
 
-/// A flush record is kept only while it is a delayed flush not yet due:
-/// once carried out, its effect lives in every newer segment's header.
-fn pending_flush(header: &Header, now: u32) -> Option<Header> {
-    let pending = header.exptime != 0 && !is_expired(header.exptime, now);
+/// A flush record is kept only while it is a delayed flush not yet carried
+/// out (due or not: a due one is carried out by the next operation, which
+/// logs it). Once carried out, its effect lives in the flush generation of
+/// every newer segment's header and in the newer flush record.
+fn pending_flush(header: &Header, flush_seq: u64) -> Option<Header> {
+    let pending = header.exptime != 0 && header.seq > flush_seq;
     pending.then_some(Header {
         batch_continues: false,
         ..*header

@@ -86,6 +86,9 @@ impl Engine {
     pub fn open_with(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<Engine> {
         let background = config.background_threads;
         let inner = Arc::new(crate::recovery::recover(config, fs, clock)?);
+        // A delayed flush that came due while the engine was down is carried
+        // out (and logged) before anyone reads.
+        let _ = inner.now();
         let engine = Engine {
             inner,
             threads: Mutex::new(Vec::new()),
@@ -229,6 +232,19 @@ impl Drop for Engine {
 }
 
 impl Inner {
+    /// The current unix second, after carrying out a delayed `flush_all`
+    /// that has come due: as in memcached, no operation may see an item the
+    /// flush hides, whether or not the maintenance thread has run yet.
+    /// Call it before taking any partition lock (it may append to the log).
+    pub fn now(&self) -> u32 {
+        let now = self.clock.now();
+        let deadline = self.flush_deadline.load(Ordering::Acquire);
+        if deadline != 0 && deadline <= now {
+            crate::maintenance::activate_due_flush(self);
+        }
+        now
+    }
+
     /// True when `entry` holds a live item at `now`.
     pub fn is_live(&self, entry: &Entry, now: u32) -> bool {
         !is_expired(entry.exptime, now) && entry.cas >= self.flush_seq.load(Ordering::Acquire)
@@ -237,7 +253,7 @@ impl Inner {
     /// One attempt at a read without touch. `Ok(None)` means retry (the
     /// value moved); `Ok(Some(None))` is a miss.
     fn read_once(&self, key: &[u8], options: ReadOptions) -> Result<Option<Option<Item>>> {
-        let now = self.clock.now();
+        let now = self.now();
         let hash = self.keydir.hash(key);
         let table = self.keydir.partition(hash).read();
         let Some(entry) = keydir::find(&table, hash, key) else {

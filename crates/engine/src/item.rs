@@ -41,6 +41,10 @@ pub enum StoreMode {
     Prepend,
     /// Store only if the live item's CAS unique equals this one.
     Cas(u64),
+    /// As `Cas`, but a CAS unique older than the item's stores the value
+    /// marked stale instead of failing (the meta protocol's `ms … I C<cas>`:
+    /// a late writer's value is kept, flagged for recaching).
+    CasOrStale(u64),
 }
 
 /// What a store did.

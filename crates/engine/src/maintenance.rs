@@ -38,8 +38,9 @@ pub fn maintain_once(inner: &Inner) {
     trim_cache(inner);
 }
 
-/// Carries out a delayed `flush_all` whose time has come.
-fn activate_due_flush(inner: &Inner) {
+/// Carries out a delayed `flush_all` whose time has come: logs an immediate
+/// flush record and raises the flush generation.
+pub(crate) fn activate_due_flush(inner: &Inner) {
     let deadline = inner.flush_deadline.load(Ordering::Acquire);
     if deadline == 0 || deadline > inner.clock.now() {
         return;

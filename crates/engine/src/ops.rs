@@ -234,7 +234,7 @@ impl Inner {
         check_key(key)?;
         let expiry = options.touch.unwrap_or(Expiry::Never);
         self.log.check_writable()?;
-        let now = self.clock.now();
+        let now = self.now();
         let hash = self.keydir.hash(key);
         let mut table = self.keydir.partition(hash).write();
         let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) else {
@@ -285,18 +285,27 @@ impl Engine {
         check_key(key)?;
         check_value(value.len())?;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        let now = inner.now();
         let hash = inner.keydir.hash(key);
         let mut table = inner.keydir.partition(hash).write();
         let current =
             crate::keydir::find(&table, hash, key).filter(|entry| inner.is_live(entry, now));
+        let stale = match (mode, current) {
+            (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas,
+            _ => false,
+        };
         let (value, flags, exptime) = match (mode, current) {
             (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, Ticket::NONE)),
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
                 return Ok((StoreOutcome::NotStored, Ticket::NONE))
             }
-            (StoreMode::Cas(_), None) => return Ok((StoreOutcome::NotFound, Ticket::NONE)),
+            (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
+                return Ok((StoreOutcome::NotFound, Ticket::NONE))
+            }
             (StoreMode::Cas(cas), Some(entry)) if entry.cas != cas => {
+                return Ok((StoreOutcome::Exists, Ticket::NONE))
+            }
+            (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas => {
                 return Ok((StoreOutcome::Exists, Ticket::NONE))
             }
             (StoreMode::Append, Some(entry)) => {
@@ -320,7 +329,7 @@ impl Engine {
             _ => (std::borrow::Cow::Borrowed(value), flags, expiry.stored()),
         };
         check_value(value.len())?;
-        let (cas, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, false)?;
+        let (cas, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, stale)?;
         Ok((StoreOutcome::Stored { cas }, ticket))
     }
 
@@ -340,7 +349,7 @@ impl Engine {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        let now = inner.now();
         let hash = inner.keydir.hash(key);
         let mut table = inner.keydir.partition(hash).write();
         let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) else {
@@ -382,7 +391,7 @@ impl Engine {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        let now = inner.now();
         let hash = inner.keydir.hash(key);
         let mut table = inner.keydir.partition(hash).write();
         let Some(entry) = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now))
@@ -417,7 +426,7 @@ impl Engine {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        let now = inner.now();
         let hash = inner.keydir.hash(key);
         let mut table = inner.keydir.partition(hash).write();
         if crate::keydir::find(&table, hash, key).is_some_and(|e| inner.is_live(e, now)) {
@@ -437,7 +446,7 @@ impl Engine {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        let now = inner.now();
         let hash = inner.keydir.hash(key);
         let mut table = inner.keydir.partition(hash).write();
         let current = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now));
@@ -487,7 +496,8 @@ impl Engine {
     pub fn flush_all(&self, delay_secs: u32) -> Result<Ticket> {
         let inner = &*self.inner;
         inner.log.check_writable()?;
-        let now = inner.clock.now();
+        // A due delayed flush happens before this one replaces its deadline.
+        let now = inner.now();
         let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
         let deadline = if delay_secs == 0 {
             0
@@ -532,6 +542,8 @@ impl Engine {
             return Ok(Ticket::NONE);
         };
         inner.log.check_writable()?;
+        // A due delayed flush hides what came before the batch, not the batch.
+        let _ = inner.now();
         let hashes: Vec<u64> = ops.iter().map(|op| inner.keydir.hash(op_key(op))).collect();
         let mut indexes: Vec<usize> = hashes
             .iter()

@@ -197,23 +197,20 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         }
     }
     let next_seq = resolver.max_seq + 1;
-    let mut flush_seq = resolver.flush_seq;
-    let mut flush_deadline = 0;
-    if let Some((deadline, _)) = resolver.pending_flush.filter(|&(_, seq)| seq > flush_seq) {
-        if deadline <= now {
-            // The delayed flush came due while the server was down: everything
-            // written before now is gone, as it would have been.
-            flush_seq = next_seq;
-        } else {
-            flush_deadline = deadline;
-        }
-    }
+    let flush_seq = resolver.flush_seq;
+    // A delayed flush not yet carried out stays pending. If it came due while
+    // the engine was down, opening carries it out and logs that (see
+    // `Inner::now`): recovery itself writes nothing, so a flush applied
+    // here alone would be applied again, to later writes, at the next open.
+    let flush_deadline = resolver
+        .pending_flush
+        .filter(|&(_, seq)| seq > flush_seq)
+        .map_or(0, |(deadline, _)| deadline);
     let counters = Arc::new(Counters::default());
     let touches = std::mem::take(&mut resolver.touches);
     let records = resolver.records;
     drop(resolver);
     finish_keydir(&keydir, &opened, &touches, flush_seq, &counters);
-    let next_seq = next_seq + u64::from(flush_seq == next_seq);
     let max_id = opened.last().map_or(0, |segment| segment.id);
     let segments = Arc::new(Segments::new(max_id + 1));
     let flush_seq = Arc::new(AtomicU64::new(flush_seq));

@@ -157,6 +157,11 @@ pub struct ParseError {
     /// The request asked for `noreply`, and memcached honours that even for
     /// errors of the text protocol, so no reply is written.
     pub noreply: bool,
+    /// For a storage command refused as too large: where its key lies in
+    /// the parsed buffer (start, length). memcached removes the key's old
+    /// value in that case, so a client never reads a stale value after a
+    /// failed update; see [`ParseError::rejected_key`].
+    pub key_span: Option<(usize, usize)>,
 }
 
 impl ParseError {
@@ -167,7 +172,23 @@ impl ParseError {
             consumed,
             discard_bytes: 0,
             noreply: false,
+            key_span: None,
         }
+    }
+
+    /// The same error, naming the refused request's key.
+    pub(crate) const fn with_key_span(self, start: usize, len: usize) -> Self {
+        ParseError {
+            key_span: Some((start, len)),
+            ..self
+        }
+    }
+
+    /// The key of a storage command refused as too large, read from the
+    /// buffer that was parsed (before dropping [`ParseError::consumed`]).
+    pub fn rejected_key<'a>(&self, buf: &'a [u8]) -> Option<&'a [u8]> {
+        let (start, len) = self.key_span?;
+        buf.get(start..start.checked_add(len)?)
     }
 
     /// The same error, answered only if `noreply` is false.

@@ -150,6 +150,11 @@ impl<'a> Command<'a, '_> {
         ParseError::new(kind, self.line.frame_bytes)
     }
 
+    /// Where `word` (a token of this command) starts in the buffer.
+    pub fn offset_of(&self, word: &[u8]) -> usize {
+        (word.as_ptr() as usize).saturating_sub(self.buf.as_ptr() as usize)
+    }
+
     /// Token `index`, or empty if absent.
     pub fn word(&self, index: usize) -> &'a [u8] {
         self.words.get(index).unwrap_or(&[])

@@ -134,6 +134,9 @@ impl Connection {
                     return Processed::NeedInput;
                 }
                 Err(error) => {
+                    if let Some(key) = error.rejected_key(&self.input) {
+                        self.session.refused_too_large(key);
+                    }
                     if let Some(text) = error.reply() {
                         self.session.output.extend_from_slice(text);
                     }

@@ -140,6 +140,7 @@ impl Session {
         let key: &[u8] = &key_bytes;
         let flags = &set.flags;
         let mode = match (set.mode, flags.compare_cas) {
+            (MetaSetMode::Set, Some(cas)) if flags.invalidate => StoreMode::CasOrStale(cas),
             (MetaSetMode::Set, Some(cas)) => StoreMode::Cas(cas),
             (MetaSetMode::Set, None) => StoreMode::Set,
             (MetaSetMode::Add, _) => StoreMode::Add,

@@ -101,6 +101,16 @@ impl Session {
         reply::write_server_error(&mut self.output, message.as_bytes());
     }
 
+    /// A storage command was refused as too large: like memcached, remove
+    /// the key's old value so no client reads it as if the update had won.
+    pub fn refused_too_large(&mut self, key: &[u8]) {
+        self.counts.store_too_large += 1;
+        match self.engine().delete(key, None) {
+            Ok((_, ticket)) => self.wrote(ticket),
+            Err(error) => tracing::warn!(%error, "removing the value of a refused update"),
+        }
+    }
+
     /// The batch's commit failed: every acknowledgement becomes an error.
     pub fn fail_acks(&mut self, error: &EngineError) {
         let message = format!("SERVER_ERROR write not durable, retry later: {error}")

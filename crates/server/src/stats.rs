@@ -42,6 +42,13 @@ macro_rules! command_counts {
                 *local = CommandCounts::default();
             }
 
+            /// Zeroes every counter (`stats reset`).
+            pub fn reset(&self) {
+                $(
+                    self.$name.store(0, Ordering::Relaxed);
+                )*
+            }
+
             /// Writes every counter as a `STAT` line.
             fn write(&self, out: &mut BytesMut) {
                 $(

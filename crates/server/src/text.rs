@@ -77,7 +77,7 @@ impl Session {
             }
             Err(error) => return self.engine_error(&error),
         };
-        let is_cas = matches!(mode, StoreMode::Cas(_));
+        let is_cas = matches!(mode, StoreMode::Cas(_) | StoreMode::CasOrStale(_));
         let answer = match outcome {
             StoreOutcome::Stored { .. } => {
                 if is_cas {
@@ -222,6 +222,11 @@ impl Session {
             Some(b"segments") => shared
                 .stats
                 .write_segments(&shared.engine.stats(), &mut self.output),
+            Some(b"reset") => {
+                shared.stats.counts.reset();
+                reply::write_reply(&mut self.output, Reply::Reset);
+                return;
+            }
             Some(b"slabs" | b"sizes" | b"conns") => {}
             Some(_) => {
                 reply::write_reply(&mut self.output, Reply::Error);

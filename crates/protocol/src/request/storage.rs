@@ -94,10 +94,12 @@ pub(crate) fn parse<'a>(cmd: &Command<'a, '_>, name: &[u8]) -> Result<Parsed<'a>
         let swallow = u64::try_from(value_bytes)
             .unwrap_or(u64::MAX)
             .saturating_add(2);
+        let key = cmd.word(1);
         return Err(cmd
             .reject(ErrorKind::ObjectTooLarge)
             .swallowing(swallow)
-            .quiet_if(noreply));
+            .quiet_if(noreply)
+            .with_key_span(cmd.offset_of(key), key.len()));
     }
     match cmd.data_block(value_bytes) {
         DataBlock::Incomplete { frame_bytes } => Ok(Parsed::Incomplete {
@@ -225,8 +227,10 @@ mod tests {
 
     #[test]
     fn a_too_large_value_is_refused_before_it_arrives() {
-        let refused = error(b"set a 0 0 2000000\r\n");
+        let buf = b"set a 0 0 2000000\r\n";
+        let refused = error(buf);
         assert_eq!(refused.kind, ErrorKind::ObjectTooLarge);
+        assert_eq!(refused.rejected_key(buf), Some(&b"a"[..]));
         assert_eq!(refused.consumed, 19);
         assert_eq!(refused.discard_bytes, 2_000_002);
         assert_eq!(
