@@ -36,6 +36,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod check;
 pub mod clock;
 mod compaction;
 mod config;

@@ -25,6 +25,58 @@ enum Command {
     /// ./larder-data, and acknowledges writes once they reach the operating
     /// system, syncing them to disk every second (durability everysec).
     Serve(ServeArgs),
+    /// Verify every segment and hint file of a data directory: report each
+    /// damaged record (file, offset, key if readable) and exit 1 if any.
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Data directory to check [default: ./larder-data].
+    #[arg(long = "data-dir", default_value = "larder-data")]
+    data_dir: PathBuf,
+}
+
+fn check(args: CheckArgs) -> ExitCode {
+    let fs = larder_engine::fs::OsFs;
+    let report = match larder_engine::check::check(&fs, &args.data_dir) {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("larder: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    for damage in &report.damage {
+        let key = damage
+            .key
+            .as_ref()
+            .map(|key| format!(" key {:?}", String::from_utf8_lossy(key)))
+            .unwrap_or_default();
+        println!(
+            "damaged: {} offset {}{key}: {}",
+            damage.file.display(),
+            damage.offset,
+            damage.reason
+        );
+    }
+    if let Some((file, offset)) = &report.torn_tail {
+        println!(
+            "torn tail: {} from offset {offset} (an interrupted write; cut off at the next start)",
+            file.display()
+        );
+    }
+    println!(
+        "{} segments, {} hint files, {} intact records, {} damaged",
+        report.segments,
+        report.hints,
+        report.records,
+        report.damage.len()
+    );
+    if report.damage.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[derive(Args)]
@@ -145,5 +197,6 @@ fn serve(args: ServeArgs) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
+        Command::Check(args) => check(args),
     }
 }
