@@ -72,7 +72,15 @@ impl Connection {
                 Processed::NeedInput => {}
             }
             if *shutdown.borrow() {
-                return End::Done;
+                // Serve what the client sent before the shutdown (e.g. a
+                // pipeline of noreply sets), without waiting for more.
+                match self.stream.try_read_buf(&mut self.input) {
+                    Ok(read) if read > 0 => {
+                        self.session.counts.bytes_read += read as u64;
+                        continue;
+                    }
+                    _ => return End::Done,
+                }
             }
             match self.read(shutdown).await {
                 Ok(0) => return End::Done,
