@@ -174,12 +174,7 @@ impl Output {
             seq_at_creation: inner.next_seq.load(Ordering::SeqCst),
             flush_seq: inner.flush_seq.load(Ordering::SeqCst),
         };
-        let segment = create_segment(
-            &*inner.fs,
-            &inner.config.dir,
-            header,
-            inner.config.durability,
-        )?;
+        let segment = create_segment(&*inner.fs, &inner.config.dir, header)?;
         segment.sealed.store(true, Ordering::Release);
         inner.segments.insert(Arc::clone(&segment));
         Ok(Output {

@@ -22,6 +22,9 @@ pub enum Durability {
     EverySec,
     /// A write is acknowledged once written to the operating system, which
     /// flushes it to disk when it chooses (typically within 30 s on Linux).
+    /// A power cut loses an unknown number of the latest writes (what
+    /// survives is always a prefix of the log), but the directory still
+    /// opens: a segment is synced when it is created and when it is sealed.
     None,
 }
 

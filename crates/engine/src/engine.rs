@@ -168,6 +168,9 @@ impl Engine {
 
     /// Writes out and `fdatasync`s everything written so far, whatever the
     /// durability mode.
+    ///
+    /// Errors: [`Error::Io`] if the write or the sync failed;
+    /// [`Error::WritesFailing`] once any sync has failed (until reopened).
     pub fn sync(&self) -> Result<()> {
         self.inner.log.flush_and_sync()
     }

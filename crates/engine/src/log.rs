@@ -99,12 +99,14 @@ impl Segments {
 }
 
 /// Creates a new segment file with its header, syncing file and directory
-/// unless durability is `None`.
+/// in every durability mode: recovery must be able to read the header of
+/// every segment whose name survived a power cut (a later directory sync,
+/// for a hint file say, makes this name durable too). Segments are created
+/// once per `segment_bytes_max`, so the cost is negligible even for `None`.
 pub fn create_segment(
     fs: &dyn Fs,
     dir: &std::path::Path,
     header: SegmentHeader,
-    durability: Durability,
 ) -> Result<Arc<Segment>> {
     let path = join(dir, &segment::segment_name(header.id));
     let file = fs
@@ -112,12 +114,10 @@ pub fn create_segment(
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
     file.write_all_at(&header.encode(), 0)
         .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))?;
-    if durability != Durability::None {
-        file.sync_data()
-            .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
-        fs.sync_dir(dir)
-            .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
-    }
+    file.sync_data()
+        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
     Ok(Arc::new(Segment::new(
         path,
         file,
@@ -297,20 +297,22 @@ impl Log {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one.
+    /// Seals the active segment and starts a new one. The sealed segment is
+    /// synced in every durability mode: recovery cuts a torn tail only off
+    /// the active segment and treats damage in a sealed one as corruption,
+    /// and its hint file (written and synced later) must describe bytes that
+    /// are on disk. Once per segment, so cheap even for `None`.
     fn rotate(&self, state: &mut LogState) -> Result<()> {
         self.write_out(state)?;
         let old = Arc::clone(&state.active);
-        if self.durability != Durability::None {
-            self.sync_file(&old)?;
-        }
+        self.sync_file(&old)?;
         let header = SegmentHeader {
             origin: Origin::Log,
             id: self.segments.allocate_id(),
             seq_at_creation: self.next_seq.load(Ordering::SeqCst),
             flush_seq: self.flush_seq.load(Ordering::SeqCst),
         };
-        let new = create_segment(&*self.fs, &self.dir, header, self.durability)?;
+        let new = create_segment(&*self.fs, &self.dir, header)?;
         self.segments.insert(Arc::clone(&new));
         old.sealed.store(true, Ordering::Release);
         self.sealed.lock().push(old.id);
@@ -508,7 +510,14 @@ impl Log {
 
     /// Writes out and syncs everything appended so far (all modes). Used at
     /// close and by callers who want a durable point.
+    ///
+    /// Fails with [`Error::WritesFailing`] after any failed sync: the pages
+    /// that sync lost are not rewritten by a later one, so a later success
+    /// would not make everything written so far durable.
     pub fn flush_and_sync(&self) -> Result<()> {
+        if let Some(reason) = self.sync_failure() {
+            return Err(Error::WritesFailing(reason));
+        }
         let segment = {
             let mut state = self.state.lock();
             self.write_out(&mut state)?;

@@ -224,7 +224,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
                 seq_at_creation: next_seq.load(Ordering::SeqCst),
                 flush_seq: flush_seq.load(Ordering::SeqCst),
             };
-            let created = create_segment(&*fs, &dir, header, config.durability)?;
+            let created = create_segment(&*fs, &dir, header)?;
             active_len = u64::from(segment::HEADER_BYTES);
             opened.push(Arc::clone(&created));
             created

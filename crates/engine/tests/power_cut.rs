@@ -315,3 +315,61 @@ fn power_cuts_during_rotation_and_compaction_lose_nothing_acknowledged() {
         let _ = reopen_and_check(&fs, &config, &history, &what);
     }
 }
+
+#[test]
+fn compaction_makes_the_writes_that_replaced_dropped_records_durable_first() {
+    // Regression: compaction dropped records made dead by newer writes that
+    // were still only in the page cache (`EverySec`), then removed the old
+    // segment durably. A power cut lost both: the key came back with neither
+    // its old, synced value nor its new one.
+    let fs = MemFs::new();
+    let mut config = config(Durability::EverySec);
+    config.segment_bytes_max = 1024;
+    let engine = open(&fs, &config, &Clock::system());
+    common::set(&engine, b"key", b"old, synced");
+    for i in 0..20 {
+        common::set(&engine, format!("filler{i}").as_bytes(), &[b'f'; 60]);
+    }
+    engine.sync().unwrap();
+    common::set(&engine, b"key", b"new, not yet synced");
+    assert!(engine.compact_now(0.0).unwrap() > 0);
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(&fs, &config, &Clock::system());
+    let found = common::value(&engine, b"key");
+    assert!(
+        found.as_deref() == Some(b"old, synced")
+            || found.as_deref() == Some(b"new, not yet synced"),
+        "found {found:?}"
+    );
+}
+
+#[test]
+fn a_power_cut_under_none_keeps_a_prefix_and_the_directory_opens() {
+    // Regression: under `None` a sealed segment was never synced, but the
+    // directory sync of a later hint file made its name durable. After a
+    // power cut recovery found a torn *sealed* segment and refused to open
+    // the directory at all (a corruption error), losing everything.
+    for trial in 4000..4200 {
+        let mut rng = StdRng::seed_from_u64(trial);
+        let fs = MemFs::new();
+        let mut config = config(Durability::None);
+        config.segment_bytes_max = 1024;
+        let engine = open(&fs, &config, &Clock::system());
+        let mut history = History::new(keys(8));
+        for _ in 0..rng.gen_range(0..60) {
+            if let Some((change, ticket)) = random_write(&engine, &mut rng, &history, trial) {
+                engine.commit(ticket).unwrap();
+                history.changes.push(change);
+            }
+            if rng.gen_ratio(1, 6) {
+                // Hint files only, or a whole compaction pass.
+                let ratio = if rng.gen() { 2.0 } else { 0.0 };
+                engine.compact_now(ratio).unwrap();
+            }
+        }
+        fs.power_cut(Some(rng.gen()));
+        drop(engine);
+        let _ = reopen_and_check(&fs, &config, &history, &format!("trial {trial}"));
+    }
+}

@@ -450,6 +450,9 @@ fn flush_all_survives_reopen() {
 
 #[test]
 fn a_delayed_flush_survives_reopen_before_and_after_its_deadline() {
+    // Regression: a delayed flush that came due while the engine was down
+    // was applied by recovery in memory only. The next open applied it
+    // again, at a later point, and wiped writes acknowledged in between.
     let fs = MemFs::new();
     let clock = Clock::system();
     let config = config(Durability::Always);
@@ -477,6 +480,9 @@ fn a_delayed_flush_survives_reopen_before_and_after_its_deadline() {
 
 #[test]
 fn a_delayed_flush_hides_items_as_soon_as_it_is_due() {
+    // Regression: only the maintenance thread carried out a due flush, so
+    // reads in between saw flushed items, and writes in between were
+    // flushed although they came after the deadline.
     let fs = MemFs::new();
     let clock = Clock::system();
     let config = config(Durability::Always);
@@ -495,6 +501,9 @@ fn a_delayed_flush_hides_items_as_soon_as_it_is_due() {
 
 #[test]
 fn a_due_delayed_flush_survives_compaction_of_its_segment_and_reopen() {
+    // Regression: compaction dropped a delayed flush record once its
+    // deadline had passed, even if nothing had carried it out yet; after a
+    // restart the flushed items were back.
     let fs = MemFs::new();
     let clock = Clock::system();
     let config = small_segments(2048);

@@ -1,0 +1,157 @@
+//! Compaction under sustained overwrites: space stays bounded by the live
+//! data, every key keeps its latest value, and a compaction running on the
+//! background thread while writers and readers hammer the same keys loses
+//! and reorders nothing, before and after a reopen.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{config, open, set, value};
+use larder_engine::fs::MemFs;
+use larder_engine::{Clock, Durability};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn round_value(key: usize, round: usize) -> Vec<u8> {
+    let mut value = format!("{key}:{round}:").into_bytes();
+    value.resize(100, b'.');
+    value
+}
+
+#[test]
+fn space_stays_bounded_under_sustained_overwrites() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::None);
+    config.segment_bytes_max = 4096;
+    let engine = open(&fs, &config, &clock);
+    let keys = 50;
+    let mut compactions = 0;
+    for round in 0..60 {
+        for key in 0..keys {
+            set(
+                &engine,
+                format!("key{key}").as_bytes(),
+                &round_value(key, round),
+            );
+        }
+        engine
+            .compact_now(config.compaction_dead_ratio_min)
+            .unwrap();
+        let stats = engine.stats();
+        let bound = 2 * stats.live_bytes + u64::from(config.segment_bytes_max);
+        assert!(
+            stats.disk_bytes <= bound,
+            "round {round}: {} bytes on disk for {} live (bound {bound})",
+            stats.disk_bytes,
+            stats.live_bytes
+        );
+        assert!(stats.compactions >= compactions);
+        compactions = stats.compactions;
+        for key in 0..keys {
+            let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
+            assert_eq!(found, round_value(key, round), "round {round}");
+        }
+    }
+    assert!(compactions >= 10, "only {compactions} compactions");
+    let written = 60 * keys as u64 * 130;
+    assert!(engine.stats().disk_bytes < written / 10);
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    for key in 0..keys {
+        let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
+        assert_eq!(found, round_value(key, 59));
+    }
+}
+
+/// Parses the round out of a value written by `round_value`.
+fn round_of(value: &[u8]) -> usize {
+    let text = String::from_utf8_lossy(value);
+    text.split(':').nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn background_compaction_keeps_the_latest_writes_of_concurrent_writers() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::Always);
+    config.segment_bytes_max = 4096;
+    config.background_threads = true;
+    config.compaction_dead_ratio_min = 0.3;
+    config.cache_bytes_max = 1024; // most reads go to the files
+    let engine = Arc::new(open(&fs, &config, &clock));
+    let keys_per_writer = 40;
+    let stop_writers = Arc::new(AtomicBool::new(false));
+    let stop_reader = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|writer| {
+            let engine = Arc::clone(&engine);
+            let stop = Arc::clone(&stop_writers);
+            std::thread::spawn(move || {
+                let mut round = 0;
+                while round < 20 || !stop.load(Ordering::Relaxed) {
+                    for i in 0..keys_per_writer {
+                        let key = writer * keys_per_writer + i;
+                        set(
+                            &engine,
+                            format!("key{key}").as_bytes(),
+                            &round_value(key, round),
+                        );
+                    }
+                    round += 1;
+                }
+                round - 1
+            })
+        })
+        .collect();
+    // A reader checks that no key ever goes back to an older round.
+    let reader = {
+        let engine = Arc::clone(&engine);
+        let stop = Arc::clone(&stop_reader);
+        std::thread::spawn(move || {
+            let mut seen = vec![0usize; 2 * keys_per_writer];
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for (key, seen) in seen.iter_mut().enumerate() {
+                    let found = engine.get(format!("key{key}").as_bytes()).unwrap();
+                    if let Some(item) = found {
+                        let round = round_of(&item.value);
+                        assert!(round >= *seen, "key{key} went from {seen} to {round}");
+                        *seen = round;
+                        reads += 1;
+                    }
+                }
+            }
+            reads
+        })
+    };
+    // Keep writing until the compactor has finished a few passes meanwhile.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.stats().compactions < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop_writers.store(true, Ordering::Relaxed);
+    let last_rounds: Vec<usize> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    stop_reader.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 0);
+    let stats = engine.stats();
+    assert!(stats.compactions >= 3, "{} compactions", stats.compactions);
+    assert!(stats.disk_reads > 0, "reads went to the files");
+
+    let check = |engine: &larder_engine::Engine| {
+        for (writer, last) in last_rounds.iter().enumerate() {
+            for i in 0..keys_per_writer {
+                let key = writer * keys_per_writer + i;
+                let found = value(engine, format!("key{key}").as_bytes()).unwrap();
+                assert_eq!(found, round_value(key, *last), "key{key}");
+            }
+        }
+    };
+    check(&engine);
+    let engine = Arc::into_inner(engine).unwrap();
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    check(&engine);
+}

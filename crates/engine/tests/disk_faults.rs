@@ -1,0 +1,216 @@
+//! Disk trouble: a full disk (`ENOSPC`), failing writes and failing syncs
+//! (`EIO`), injected through [`MemFs`]. Writes fail with a temporary error,
+//! reads keep working, nothing acknowledged before is lost (neither while
+//! the engine runs nor after a reopen), and a failed sync is sticky: the
+//! engine refuses writes until it is reopened, because it cannot know which
+//! of its pages reached the disk.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{config, contents, keys, open, set, value};
+use larder_engine::fs::{FaultKind, MemFs};
+use larder_engine::{Clock, Durability, Engine, Error, Expiry, StoreMode};
+
+/// Stores and commits `k{i}` = `v{i}` for `range`.
+fn acknowledged(engine: &Engine, range: std::ops::Range<usize>) {
+    for i in range {
+        set(
+            engine,
+            format!("k{i}").as_bytes(),
+            format!("v{i}").as_bytes(),
+        );
+    }
+}
+
+fn store_and_commit(engine: &Engine, key: &[u8], value: &[u8]) -> Result<(), Error> {
+    let (_, ticket) = engine.store(StoreMode::Set, key, value, 0, Expiry::Never)?;
+    engine.commit(ticket)
+}
+
+#[test]
+fn a_full_disk_fails_writes_temporarily_and_loses_nothing_acknowledged() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..20);
+    let before = contents(&engine, &keys(20));
+
+    fs.inject(FaultKind::NoSpace);
+    for attempt in 0..3 {
+        let error = store_and_commit(&engine, b"k0", b"not acknowledged").unwrap_err();
+        assert!(error.is_temporary(), "attempt {attempt}: {error}");
+        assert!(matches!(error, Error::Io { .. }), "{error}");
+    }
+    assert!(engine.stats().write_errors >= 3);
+    for i in 1..20 {
+        let key = format!("k{i}");
+        assert_eq!(
+            value(&engine, key.as_bytes()).unwrap(),
+            format!("v{i}").as_bytes()
+        );
+    }
+
+    fs.clear_faults();
+    acknowledged(&engine, 20..30);
+    assert_eq!(value(&engine, b"k25").unwrap(), b"v25");
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    let after = contents(&engine, &keys(30));
+    for (key, stored) in &before {
+        if key != b"k0" {
+            assert_eq!(after.get(key), Some(stored));
+        }
+    }
+    let k0 = value(&engine, b"k0").unwrap();
+    assert!(k0 == b"v0" || k0 == b"not acknowledged", "{k0:?}");
+    assert_eq!(value(&engine, b"k29").unwrap(), b"v29");
+}
+
+#[test]
+fn a_full_disk_at_segment_rotation_fails_the_write_and_recovers() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::Always);
+    config.segment_bytes_max = 1024;
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..10);
+    fs.inject(FaultKind::NoSpace);
+    let mut failures = 0;
+    for i in 10..60 {
+        let key = format!("k{i}");
+        let error = store_and_commit(&engine, key.as_bytes(), &[b'x'; 100]).unwrap_err();
+        assert!(error.is_temporary(), "{error}");
+        failures += 1;
+    }
+    assert_eq!(failures, 50);
+    fs.clear_faults();
+    acknowledged(&engine, 60..100);
+    assert!(engine.stats().segments > 2, "rotations resumed");
+    let engine = {
+        engine.close().unwrap();
+        open(&fs, &config, &clock)
+    };
+    for i in (0..10).chain(60..100) {
+        let key = format!("k{i}");
+        assert_eq!(
+            value(&engine, key.as_bytes()).unwrap(),
+            format!("v{i}").as_bytes()
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_is_retried_by_the_next_commit() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..5);
+    fs.inject_nth(FaultKind::Eio, 1);
+    let error = store_and_commit(&engine, b"retried", b"r").unwrap_err();
+    assert!(error.is_temporary(), "{error}");
+    // A write error is not a sync error: the next commit writes both.
+    set(&engine, b"next", b"n");
+    assert_eq!(engine.stats().sync_failure, None);
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(value(&engine, b"retried").unwrap(), b"r");
+    assert_eq!(value(&engine, b"next").unwrap(), b"n");
+    assert_eq!(contents(&engine, &keys(5)).len(), 5);
+}
+
+#[test]
+fn a_failed_sync_under_always_refuses_writes_until_reopened() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..20);
+    let before = contents(&engine, &keys(20));
+
+    fs.inject(FaultKind::EioOnSync);
+    let error = store_and_commit(&engine, b"k0", b"lost?").unwrap_err();
+    assert!(error.is_temporary(), "{error}");
+    assert!(matches!(error, Error::WritesFailing(_)), "{error}");
+    assert!(engine.stats().sync_failure.is_some());
+    // Sticky: even once the disk is healthy again, no write is accepted.
+    fs.clear_faults();
+    for _ in 0..3 {
+        let error = store_and_commit(&engine, b"k1", b"refused").unwrap_err();
+        assert!(matches!(error, Error::WritesFailing(_)), "{error}");
+        assert!(error.is_temporary());
+    }
+    assert!(matches!(
+        engine.delete(b"k2", None),
+        Err(Error::WritesFailing(_))
+    ));
+    assert!(matches!(engine.flush_all(0), Err(Error::WritesFailing(_))));
+    // Regression: `sync` succeeded here, as if the failed sync had not
+    // happened, though the pages it lost were never written again.
+    assert!(matches!(engine.sync(), Err(Error::WritesFailing(_))));
+    for i in 1..20 {
+        let key = format!("k{i}");
+        assert_eq!(
+            value(&engine, key.as_bytes()).unwrap(),
+            format!("v{i}").as_bytes()
+        );
+    }
+
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    let after = contents(&engine, &keys(20));
+    for (key, stored) in &before {
+        if key != b"k0" {
+            assert_eq!(after.get(key), Some(stored), "{key:?}");
+        }
+    }
+    set(&engine, b"k1", b"accepted again");
+    assert_eq!(value(&engine, b"k1").unwrap(), b"accepted again");
+}
+
+#[test]
+fn acknowledged_writes_survive_a_failed_sync_followed_by_a_power_cut() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..20);
+    let before = contents(&engine, &keys(20));
+    fs.inject(FaultKind::EioOnSync);
+    assert!(store_and_commit(&engine, b"extra", b"x").is_err());
+    fs.clear_faults();
+    fs.power_cut(Some(7));
+    drop(engine);
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(contents(&engine, &keys(20)), before);
+}
+
+#[test]
+fn a_failed_background_sync_under_everysec_refuses_later_writes() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::EverySec);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..10);
+    engine.sync().unwrap();
+    fs.inject(FaultKind::EioOnSync);
+    set(&engine, b"written", b"not synced");
+    // The sync thread runs at least once a second.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while engine.stats().sync_failure.is_none() {
+        assert!(std::time::Instant::now() < deadline, "no sync in 5 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fs.clear_faults();
+    let error = store_and_commit(&engine, b"later", b"refused").unwrap_err();
+    assert!(matches!(error, Error::WritesFailing(_)), "{error}");
+    assert_eq!(value(&engine, b"k3").unwrap(), b"v3");
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(contents(&engine, &keys(10)).len(), 10);
+    assert_eq!(value(&engine, b"later"), None);
+}
