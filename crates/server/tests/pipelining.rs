@@ -1,0 +1,154 @@
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+//! Pipelined clients: many requests written at once are answered in order,
+//! byte for byte as memcached would; a pipelined burst of writes under
+//! durability `always` is acknowledged only once durable yet shares its
+//! fsyncs; and concurrent writers on separate connections share fsyncs too
+//! (group commit), as the `larder_group_commit*` stats show.
+
+mod common;
+
+use common::{Raw, TestServer};
+use larder_engine::Durability;
+
+/// The value the mixed pipeline's request `index` stores, if it stores one.
+fn value_of(index: usize) -> String {
+    format!("v{index}-").repeat(index % 7 + 1)
+}
+
+/// Appends request `index` of the mixed pipeline and the exact reply it
+/// must get.
+fn mixed_request(index: usize, request: &mut Vec<u8>, reply: &mut Vec<u8>) {
+    let value = value_of(index);
+    let length = value.len();
+    let line = |out: &mut Vec<u8>, text: String| out.extend_from_slice(text.as_bytes());
+    let group = index / 5;
+    match (index % 5, group % 2) {
+        (0, _) => {
+            line(
+                request,
+                format!("set p{group} {group} 0 {length}\r\n{value}\r\n"),
+            );
+            line(reply, "STORED\r\n".to_owned());
+        }
+        (1, _) => {
+            // The value set by the request before this one.
+            let value = value_of(index - 1);
+            let length = value.len();
+            line(request, format!("get p{group}\r\n"));
+            line(
+                reply,
+                format!("VALUE p{group} {group} {length}\r\n{value}\r\nEND\r\n"),
+            );
+        }
+        (2, _) => {
+            line(
+                request,
+                format!("ms m{group} {length} F{group}\r\n{value}\r\n"),
+            );
+            line(reply, "HD\r\n".to_owned());
+        }
+        (3, _) => {
+            let value = value_of(index - 1);
+            let length = value.len();
+            line(request, format!("mg m{group} v f\r\n"));
+            line(reply, format!("VA {length} f{group}\r\n{value}\r\n"));
+        }
+        (_, 0) => {
+            line(request, format!("delete p{group}\r\n"));
+            line(reply, "DELETED\r\n".to_owned());
+        }
+        _ => {
+            line(request, format!("mg gone{group} v\r\n"));
+            line(reply, "EN\r\n".to_owned());
+        }
+    }
+}
+
+#[test]
+fn a_thousand_pipelined_requests_are_answered_in_order_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), Durability::EverySec);
+    let mut raw = server.raw();
+    let (mut requests, mut replies) = (Vec::new(), Vec::new());
+    for index in 0..1000 {
+        mixed_request(index, &mut requests, &mut replies);
+    }
+    raw.send(&requests);
+    raw.expect(&replies);
+    // Nothing more than the expected bytes came: the next reply is next.
+    raw.call(b"mn\r\n", b"MN\r\n");
+    // Deletes in the pipeline took effect; other keys stayed.
+    let kept = value_of(5);
+    let expected = format!("VALUE p1 1 {}\r\n{kept}\r\nEND\r\n", kept.len());
+    raw.call(b"get p0 p1\r\n", expected.as_bytes());
+}
+
+#[test]
+fn a_pipelined_burst_of_sets_under_always_is_acknowledged_and_visible() {
+    const SETS: usize = 500;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), Durability::Always);
+    let fsyncs_before = server.stat("larder_fsyncs");
+    let mut writer = server.raw();
+    let mut burst = Vec::new();
+    for index in 0..SETS {
+        let value = format!("burst-value-{index}");
+        burst.extend_from_slice(
+            format!("set b{index} {index} 0 {}\r\n{value}\r\n", value.len()).as_bytes(),
+        );
+    }
+    writer.send(&burst);
+    writer.expect(&b"STORED\r\n".repeat(SETS));
+    let fsyncs = server.stat("larder_fsyncs") - fsyncs_before;
+    assert!(fsyncs >= 1, "acknowledged under `always` without an fsync");
+    assert!(
+        fsyncs < SETS as u64 / 2,
+        "{fsyncs} fsyncs for {SETS} pipelined sets"
+    );
+
+    let mut reader = server.raw();
+    for index in 0..SETS {
+        let (value, flags, _) = reader.gets(&format!("b{index}")).unwrap();
+        assert_eq!(value, format!("burst-value-{index}").as_bytes());
+        assert_eq!(flags, index as u32);
+    }
+}
+
+#[test]
+fn concurrent_writers_under_always_share_group_commits() {
+    const CONNECTIONS: usize = 64;
+    const SETS_EACH: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), Durability::Always);
+    let addr = server.addr;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNECTIONS));
+    let writers: Vec<_> = (0..CONNECTIONS)
+        .map(|writer| {
+            let barrier = std::sync::Arc::clone(&barrier);
+            std::thread::spawn(move || {
+                let mut raw = Raw::connect(addr);
+                barrier.wait();
+                for index in 0..SETS_EACH {
+                    let request = format!("set w{writer}:{index} 0 0 2\r\nok\r\n");
+                    raw.call(request.as_bytes(), b"STORED\r\n");
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let stats = server.stats();
+    let stat = |name: &str| stats[name].parse::<u64>().unwrap();
+    let commits = stat("larder_group_commits");
+    let writers_total = stat("larder_group_commit_writers");
+    let writers_max = stat("larder_group_commit_writers_max");
+    assert!(commits > 0, "no group commits");
+    assert!(writers_max >= 1);
+    assert!(
+        writers_total > commits,
+        "no commit covered two writers: {writers_total} writers in {commits} commits"
+    );
+    assert!(writers_max >= 2, "largest group {writers_max}");
+    assert_eq!(stat("curr_items"), (CONNECTIONS * SETS_EACH) as u64);
+}
