@@ -252,9 +252,9 @@ fn switch(inner: &Inner, output: &Segment, pending: &Pending) {
     let Some(entry) = table.find_mut(hash, |entry| entry.key() == pending.key) else {
         return;
     };
-    if entry.cas != pending.seq
-        || entry.segment_id != pending.from_segment
-        || entry.offset != pending.from_offset
+    if entry.cas() != pending.seq
+        || entry.segment_id() != pending.from_segment
+        || entry.offset() != pending.from_offset
     {
         return;
     }
@@ -262,8 +262,7 @@ fn switch(inner: &Inner, output: &Segment, pending: &Pending) {
         old.sub_live(pending.record_len);
     }
     output.add_live(pending.record_len);
-    entry.segment_id = output.id;
-    entry.offset = pending.to_offset;
+    entry.set_location(output.id, pending.to_offset);
 }
 
 /// Copies the records of `segment` that are still needed into `output`.
@@ -333,11 +332,11 @@ fn live_put(
     let hash = inner.keydir.hash(key);
     let table = inner.keydir.partition(hash).read();
     let entry = keydir::find(&table, hash, key)?;
-    if entry.segment_id != segment_id || entry.offset != offset || entry.cas != header.seq {
+    if entry.segment_id() != segment_id || entry.offset() != offset || entry.cas() != header.seq {
         return None;
     }
     Some(Header {
-        exptime: entry.exptime,
+        exptime: entry.exptime(),
         stale: entry.has(keydir::BIT_STALE),
         batch_continues: false,
         ..*header
@@ -357,7 +356,7 @@ fn tombstone_needed(
     }
     let hash = inner.keydir.hash(key);
     let table = inner.keydir.partition(hash).read();
-    if keydir::find(&table, hash, key).is_some_and(|entry| entry.cas > header.seq) {
+    if keydir::find(&table, hash, key).is_some_and(|entry| entry.cas() > header.seq) {
         return None;
     }
     Some(Header {
@@ -371,8 +370,8 @@ fn touch_needed(inner: &Inner, header: &Header, key: &[u8], target: u64) -> Opti
     let hash = inner.keydir.hash(key);
     let table = inner.keydir.partition(hash).read();
     let entry = keydir::find(&table, hash, key)?;
-    let current = entry.cas == target
-        && entry.exptime == header.exptime
+    let current = entry.cas() == target
+        && entry.exptime() == header.exptime
         && entry.has(keydir::BIT_STALE) == header.stale;
     current.then_some(Header {
         batch_continues: false,

@@ -250,7 +250,7 @@ impl Inner {
 
     /// True when `entry` holds a live item at `now`.
     pub fn is_live(&self, entry: &Entry, now: u32) -> bool {
-        !is_expired(entry.exptime, now) && entry.cas >= self.flush_seq.load(Ordering::Acquire)
+        !is_expired(entry.exptime(), now) && entry.cas() >= self.flush_seq.load(Ordering::Acquire)
     }
 
     /// One attempt at a read without touch. `Ok(None)` means retry (the
@@ -270,7 +270,8 @@ impl Inner {
             item.value = Bytes::copy_from_slice(value);
             return Ok(Some(Some(item)));
         }
-        let (segment_id, offset, value_len) = (entry.segment_id, entry.offset, entry.value_len);
+        let (segment_id, offset, value_len) =
+            (entry.segment_id(), entry.offset(), entry.value_len());
         drop(table);
         let Some(value) = self.read_value(key, item.cas, segment_id, offset, value_len)? else {
             return Ok(None);
@@ -283,18 +284,18 @@ impl Inner {
     /// The item's metadata (value left empty), updating access bits.
     pub fn describe(&self, entry: &Entry, now: u32, options: ReadOptions) -> Item {
         let before = entry
-            .bits
+            .bits()
             .fetch_or(BIT_FETCHED | BIT_REFERENCED, Ordering::Relaxed);
-        let last_access = entry.atime.swap(now, Ordering::Relaxed);
+        let last_access = entry.atime().swap(now, Ordering::Relaxed);
         let stale = before & BIT_STALE != 0;
         let expiring = match options.recache_below_secs {
-            Some(secs) => entry.exptime != 0 && entry.exptime.saturating_sub(now) < secs,
+            Some(secs) => entry.exptime() != 0 && entry.exptime().saturating_sub(now) < secs,
             None => false,
         };
         let mut win = false;
         let mut win_already_sent = false;
         if options.claim_win && (stale || expiring) {
-            let previous = entry.bits.fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
+            let previous = entry.bits().fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
             win = previous & BIT_WIN_SENT == 0;
             win_already_sent = !win;
         } else if options.claim_win && before & BIT_WIN_SENT != 0 {
@@ -302,9 +303,9 @@ impl Inner {
         }
         Item {
             value: Bytes::new(),
-            flags: entry.flags,
-            exptime: entry.exptime,
-            cas: entry.cas,
+            flags: entry.flags(),
+            exptime: entry.exptime(),
+            cas: entry.cas(),
             last_access,
             fetched_before: before & BIT_FETCHED != 0,
             stale,
@@ -359,7 +360,7 @@ impl Inner {
         }
         let mut table = self.keydir.partition(hash).write();
         if let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) {
-            if entry.cas == cas && !entry.is_cached() {
+            if entry.cas() == cas && !entry.is_cached() {
                 entry.cache(value);
                 self.counters
                     .cached_bytes

@@ -9,15 +9,17 @@
 //!
 //! Lock order: partition locks (ascending index) before the log's lock.
 //!
-//! Per-key memory: an [`Entry`] is 56 bytes in the table, plus one control
-//! byte, plus the table's spare slots (it grows at 7/8 full, so 1/8 to 9/16
-//! of slots are spare), plus one heap block holding the key (and the value
-//! while it is cached), rounded up by the allocator.
+//! Per-key memory: an [`Entry`] is an 8-byte pointer in the table, plus one
+//! control byte, for each slot (the table grows at 7/8 full, so 1/8 to 9/16
+//! of slots are spare), plus one heap block of 40 bytes of metadata, the key
+//! and (while cached) the value, rounded up by the allocator.
 
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use parking_lot::RwLock;
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::hash::BuildHasher;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// The value bytes follow the key in `data`.
@@ -31,27 +33,80 @@ pub const BIT_WIN_SENT: u8 = 8;
 /// Read since the cache trimmer last passed (its clock hand).
 pub const BIT_REFERENCED: u8 = 16;
 
-/// One key's state.
+/// The fixed part of an entry's heap block; the key follows it, then the
+/// value while it is cached.
+#[repr(C)]
+struct Head {
+    cas: u64,
+    segment_id: u32,
+    offset: u32,
+    value_len: u32,
+    flags: u32,
+    exptime: u32,
+    atime: AtomicU32,
+    bits: AtomicU8,
+    key_len: u16,
+}
+
+/// Bytes of the fixed part; the key starts here.
+const HEAD_BYTES: usize = std::mem::size_of::<Head>();
+const _: () = assert!(HEAD_BYTES == 40);
+
+/// The memory layout of a block holding a key of `key_len` bytes and
+/// `value_len` cached value bytes.
+fn block_layout(key_len: usize, value_len: usize) -> Layout {
+    match Layout::from_size_align(
+        HEAD_BYTES + key_len + value_len,
+        std::mem::align_of::<Head>(),
+    ) {
+        Ok(layout) => layout,
+        Err(_) => panic!("an entry of {key_len} + {value_len} bytes overflows the address space"),
+    }
+}
+
+/// One key's state: a single heap block holding the metadata, the key and
+/// (while cached) the value, owned like a `Box`. The table stores only the
+/// 8-byte pointer, so its spare slots cost little.
 pub struct Entry {
-    /// The key, then the value when [`BIT_CACHED`] is set.
-    data: Box<[u8]>,
-    /// The seq of the put this entry describes: its CAS unique.
-    pub cas: u64,
-    /// The segment holding the put.
-    pub segment_id: u32,
-    /// The put record's offset in the segment.
-    pub offset: u32,
-    /// Value length in bytes.
-    pub value_len: u32,
-    /// Client flags.
-    pub flags: u32,
-    /// Absolute expiry, unix seconds, 0 = never.
-    pub exptime: u32,
-    /// Unix second of the last access (not persisted).
-    pub atime: AtomicU32,
-    /// `BIT_*` flags; atomic so readers under a shared lock may set
-    /// [`BIT_FETCHED`], [`BIT_WIN_SENT`] and [`BIT_REFERENCED`].
-    pub bits: AtomicU8,
+    block: NonNull<Head>,
+}
+
+// SAFETY: an Entry owns its block exclusively, like a Box<Head>; it is moved
+// between threads only as a whole.
+unsafe impl Send for Entry {}
+// SAFETY: through &Entry the block's plain fields are only read; the fields
+// changed through &Entry (atime, bits) are atomics.
+unsafe impl Sync for Entry {}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        let layout = block_layout(self.key_len(), self.cached_len());
+        // SAFETY: the block was allocated by `allocate` with exactly this
+        // layout: the key length never changes, and the cached length
+        // changes only together with a new block (see `rebuild`).
+        unsafe { dealloc(self.block.as_ptr().cast::<u8>(), layout) }
+    }
+}
+
+/// Allocates a block with `head`, the key and the optional value.
+fn allocate(head: Head, key: &[u8], value: Option<&[u8]>) -> NonNull<Head> {
+    let value = value.unwrap_or_default();
+    let layout = block_layout(key.len(), value.len());
+    // SAFETY: the layout has a non-zero size (HEAD_BYTES > 0).
+    let raw = unsafe { alloc(layout) };
+    let Some(block) = NonNull::new(raw.cast::<Head>()) else {
+        handle_alloc_error(layout);
+    };
+    // SAFETY: the block is valid for writes of layout.size() bytes and
+    // aligned for Head; key and value fit after the head by construction of
+    // the layout, and do not overlap the new allocation.
+    unsafe {
+        block.as_ptr().write(head);
+        let bytes = block.as_ptr().cast::<u8>().add(HEAD_BYTES);
+        std::ptr::copy_nonoverlapping(key.as_ptr(), bytes, key.len());
+        std::ptr::copy_nonoverlapping(value.as_ptr(), bytes.add(key.len()), value.len());
+    }
+    block
 }
 
 impl Entry {
@@ -68,8 +123,11 @@ impl Entry {
         exptime: u32,
         now: u32,
     ) -> Entry {
-        let mut entry = Entry {
-            data: Box::from(key),
+        assert!(key.len() <= usize::from(u16::MAX));
+        if let Some(value) = value {
+            assert_eq!(value.len(), value_len as usize);
+        }
+        let head = Head {
             cas,
             segment_id,
             offset,
@@ -77,57 +135,143 @@ impl Entry {
             flags,
             exptime,
             atime: AtomicU32::new(now),
-            bits: AtomicU8::new(0),
+            bits: AtomicU8::new(if value.is_some() { BIT_CACHED } else { 0 }),
+            key_len: key.len() as u16,
         };
-        if let Some(value) = value {
-            entry.set_value(key.len(), Some(value));
+        Entry {
+            block: allocate(head, key, value),
         }
-        entry
+    }
+
+    fn head(&self) -> &Head {
+        // SAFETY: the block is valid and initialised for as long as self.
+        unsafe { self.block.as_ref() }
+    }
+
+    fn head_mut(&mut self) -> &mut Head {
+        // SAFETY: as in `head`, and &mut self gives exclusive access.
+        unsafe { self.block.as_mut() }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = self.key_len() + self.cached_len();
+        // SAFETY: the block holds HEAD_BYTES + key + cached value bytes,
+        // all initialised by `allocate`.
+        unsafe { std::slice::from_raw_parts(self.block.as_ptr().cast::<u8>().add(HEAD_BYTES), len) }
+    }
+
+    fn key_len(&self) -> usize {
+        usize::from(self.head().key_len)
+    }
+
+    fn cached_len(&self) -> usize {
+        if self.is_cached() {
+            self.head().value_len as usize
+        } else {
+            0
+        }
+    }
+
+    /// The seq of the put this entry describes: its CAS unique.
+    pub fn cas(&self) -> u64 {
+        self.head().cas
+    }
+
+    /// The segment holding the put.
+    pub fn segment_id(&self) -> u32 {
+        self.head().segment_id
+    }
+
+    /// The put record's offset in the segment.
+    pub fn offset(&self) -> u32 {
+        self.head().offset
+    }
+
+    /// Value length in bytes.
+    pub fn value_len(&self) -> u32 {
+        self.head().value_len
+    }
+
+    /// Client flags.
+    pub fn flags(&self) -> u32 {
+        self.head().flags
+    }
+
+    /// Absolute expiry, unix seconds, 0 = never.
+    pub fn exptime(&self) -> u32 {
+        self.head().exptime
+    }
+
+    /// Unix second of the last access (not persisted).
+    pub fn atime(&self) -> &AtomicU32 {
+        &self.head().atime
+    }
+
+    /// `BIT_*` flags; atomic so readers under a shared lock may set
+    /// [`BIT_FETCHED`], [`BIT_WIN_SENT`] and [`BIT_REFERENCED`]. Never change
+    /// [`BIT_CACHED`] through this: it describes the block's size.
+    pub fn bits(&self) -> &AtomicU8 {
+        &self.head().bits
+    }
+
+    /// Sets the expiry (a touch).
+    pub fn set_exptime(&mut self, exptime: u32) {
+        self.head_mut().exptime = exptime;
+    }
+
+    /// Points the entry at a copy of the same put (compaction).
+    pub fn set_location(&mut self, segment_id: u32, offset: u32) {
+        let head = self.head_mut();
+        head.segment_id = segment_id;
+        head.offset = offset;
     }
 
     /// True when the value is held in memory.
     pub fn is_cached(&self) -> bool {
-        self.bits.load(Ordering::Relaxed) & BIT_CACHED != 0
-    }
-
-    fn key_len(&self) -> usize {
-        if self.is_cached() {
-            self.data.len() - self.value_len as usize
-        } else {
-            self.data.len()
-        }
+        self.head().bits.load(Ordering::Relaxed) & BIT_CACHED != 0
     }
 
     /// The key.
     pub fn key(&self) -> &[u8] {
-        self.data.get(..self.key_len()).unwrap_or_default()
+        self.bytes().get(..self.key_len()).unwrap_or_default()
     }
 
     /// The cached value, if any.
     pub fn cached_value(&self) -> Option<&[u8]> {
         if self.is_cached() {
-            self.data.get(self.key_len()..)
+            self.bytes().get(self.key_len()..)
         } else {
             None
         }
     }
 
-    /// Replaces the cached value (or drops it with `None`). `value_len` must
-    /// already describe the new value.
-    fn set_value(&mut self, key_len: usize, value: Option<&[u8]>) {
-        let mut data = Vec::with_capacity(key_len + value.map_or(0, <[u8]>::len));
-        data.extend_from_slice(self.data.get(..key_len).unwrap_or_default());
-        match value {
-            Some(value) => {
-                assert_eq!(value.len(), self.value_len as usize);
-                data.extend_from_slice(value);
-                self.bits.fetch_or(BIT_CACHED, Ordering::Relaxed);
-            }
-            None => {
-                self.bits.fetch_and(!BIT_CACHED, Ordering::Relaxed);
-            }
+    /// Replaces the block with one holding `head`, the same key and
+    /// `value`; the old block is freed.
+    fn rebuild(&mut self, head: Head, value: Option<&[u8]>) {
+        let block = allocate(head, self.key(), value);
+        let old = std::mem::replace(self, Entry { block });
+        drop(old);
+    }
+
+    fn head_copy(&self, cached: bool) -> Head {
+        let head = self.head();
+        let bits = head.bits.load(Ordering::Relaxed);
+        let bits = if cached {
+            bits | BIT_CACHED
+        } else {
+            bits & !BIT_CACHED
+        };
+        Head {
+            cas: head.cas,
+            segment_id: head.segment_id,
+            offset: head.offset,
+            value_len: head.value_len,
+            flags: head.flags,
+            exptime: head.exptime,
+            atime: AtomicU32::new(head.atime.load(Ordering::Relaxed)),
+            bits: AtomicU8::new(bits),
+            key_len: head.key_len,
         }
-        self.data = data.into_boxed_slice();
     }
 
     /// Points the entry at a new put of the same key, caching `value` when
@@ -144,44 +288,53 @@ impl Entry {
         exptime: u32,
         stale: bool,
     ) {
-        let key_len = self.key_len();
-        self.cas = cas;
-        self.segment_id = segment_id;
-        self.offset = offset;
-        self.value_len = value_len;
-        self.flags = flags;
-        self.exptime = exptime;
-        self.bits
-            .store(if stale { BIT_STALE } else { 0 }, Ordering::Relaxed);
-        self.set_value(key_len, value);
+        if let Some(value) = value {
+            assert_eq!(value.len(), value_len as usize);
+        }
+        let mut bits = if stale { BIT_STALE } else { 0 };
+        if value.is_some() {
+            bits |= BIT_CACHED;
+        }
+        let head = Head {
+            cas,
+            segment_id,
+            offset,
+            value_len,
+            flags,
+            exptime,
+            atime: AtomicU32::new(self.head().atime.load(Ordering::Relaxed)),
+            bits: AtomicU8::new(bits),
+            key_len: self.head().key_len,
+        };
+        self.rebuild(head, value);
     }
 
     /// Caches `value` (which must be this entry's current value).
     pub fn cache(&mut self, value: &[u8]) {
-        let key_len = self.key_len();
-        self.set_value(key_len, Some(value));
+        assert_eq!(value.len(), self.value_len() as usize);
+        let head = self.head_copy(true);
+        self.rebuild(head, Some(value));
     }
 
     /// Drops the cached value, keeping key and location.
     pub fn uncache(&mut self) {
-        let key_len = self.key_len();
-        self.set_value(key_len, None);
+        let head = self.head_copy(false);
+        self.rebuild(head, None);
     }
 
     /// Record size of the put this entry points at.
     pub fn record_len(&self) -> u64 {
-        crate::record::HEADER_BYTES as u64 + self.key_len() as u64 + u64::from(self.value_len)
+        crate::record::HEADER_BYTES as u64 + self.key_len() as u64 + u64::from(self.value_len())
     }
 
-    /// Bytes of memory the item's key and cached value take (memcached's
-    /// `bytes` statistic counts key and value).
+    /// Bytes of the item's key and value (memcached's `bytes` statistic).
     pub fn item_bytes(&self) -> u64 {
-        self.key_len() as u64 + u64::from(self.value_len)
+        self.key_len() as u64 + u64::from(self.value_len())
     }
 
     /// True if `bit` is set.
     pub fn has(&self, bit: u8) -> bool {
-        self.bits.load(Ordering::Relaxed) & bit != 0
+        self.bits().load(Ordering::Relaxed) & bit != 0
     }
 }
 
@@ -256,8 +409,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entry_is_56_bytes() {
-        assert_eq!(std::mem::size_of::<Entry>(), 56);
+    fn an_entry_is_one_pointer() {
+        assert_eq!(std::mem::size_of::<Entry>(), 8);
     }
 
     #[test]

@@ -89,7 +89,7 @@ fn sweep_flushed(inner: &Inner) {
     }
     for index in 0..inner.keydir.len() {
         let mut table = inner.keydir.partition_at(index).write();
-        let reclaimed = remove_where(inner, &mut table, |entry| entry.cas < flush_seq);
+        let reclaimed = remove_where(inner, &mut table, |entry| entry.cas() < flush_seq);
         inner
             .counters
             .reclaimed_items
@@ -126,7 +126,7 @@ fn sweep_expired(inner: &Inner) {
         let mut table = inner.keydir.partition_at(index).write();
         let expired: Vec<Vec<u8>> = table
             .iter()
-            .filter(|entry| crate::clock::is_expired(entry.exptime, now))
+            .filter(|entry| crate::clock::is_expired(entry.exptime(), now))
             .take(EXPIRED_PER_PARTITION_MAX)
             .map(|entry| entry.key().to_vec())
             .collect();
@@ -184,18 +184,18 @@ fn trim_cache(inner: &Inner) {
             if !entry.is_cached() {
                 continue;
             }
-            if entry.bits.fetch_and(!BIT_REFERENCED, Ordering::Relaxed) & BIT_REFERENCED != 0 {
+            if entry.bits().fetch_and(!BIT_REFERENCED, Ordering::Relaxed) & BIT_REFERENCED != 0 {
                 continue;
             }
-            let end = u64::from(entry.offset) + entry.record_len();
-            if entry.segment_id == active_id && lsn(active_id, end) > stable {
+            let end = u64::from(entry.offset()) + entry.record_len();
+            if entry.segment_id() == active_id && lsn(active_id, end) > stable {
                 continue;
             }
             entry.uncache();
             inner
                 .counters
                 .cached_bytes
-                .fetch_sub(u64::from(entry.value_len), Ordering::Relaxed);
+                .fetch_sub(u64::from(entry.value_len()), Ordering::Relaxed);
             inner
                 .counters
                 .cache_evictions

@@ -107,7 +107,7 @@ fn format_counter(number: u64, old_len: usize) -> Vec<u8> {
 impl Inner {
     /// Forgets the bytes an entry's current put accounts for.
     pub(crate) fn release_entry(&self, entry: &Entry) {
-        if let Some(segment) = self.segments.get(entry.segment_id) {
+        if let Some(segment) = self.segments.get(entry.segment_id()) {
             segment.sub_live(entry.record_len());
         }
         self.counters
@@ -116,7 +116,7 @@ impl Inner {
         if entry.is_cached() {
             self.counters
                 .cached_bytes
-                .fetch_sub(u64::from(entry.value_len), Ordering::Relaxed);
+                .fetch_sub(u64::from(entry.value_len()), Ordering::Relaxed);
         }
     }
 
@@ -140,7 +140,7 @@ impl Inner {
                 meta.exptime,
                 meta.stale,
             );
-            entry.atime.store(now, Ordering::Relaxed);
+            entry.atime().store(now, Ordering::Relaxed);
         } else {
             let entry = Entry::new(
                 key,
@@ -154,7 +154,7 @@ impl Inner {
                 now,
             );
             if meta.stale {
-                entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+                entry.bits().fetch_or(BIT_STALE, Ordering::Relaxed);
             }
             table.insert_unique(hash, entry, self.keydir.rehasher());
             self.counters.items.fetch_add(1, Ordering::Relaxed);
@@ -214,17 +214,17 @@ impl Inner {
         }
         let value = self.read_value(
             entry.key(),
-            entry.cas,
-            entry.segment_id,
-            entry.offset,
-            entry.value_len,
+            entry.cas(),
+            entry.segment_id(),
+            entry.offset(),
+            entry.value_len(),
         )?;
         value
             .map(|value| value.to_vec())
             .ok_or_else(|| Error::Corruption {
                 file: self.config.dir.clone(),
-                offset: u64::from(entry.offset),
-                reason: format!("segment {} of a live item is missing", entry.segment_id),
+                offset: u64::from(entry.offset()),
+                reason: format!("segment {} of a live item is missing", entry.segment_id()),
             })
     }
 
@@ -244,7 +244,7 @@ impl Inner {
             return Ok((None, Ticket::NONE));
         }
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-        let target = entry.cas.to_le_bytes();
+        let target = entry.cas().to_le_bytes();
         let header = Header {
             kind: Kind::Touch,
             batch_continues: false,
@@ -256,9 +256,9 @@ impl Inner {
             seq,
         };
         let ticket = self.append_other(&header, key, &target)?;
-        entry.exptime = expiry.stored();
+        entry.set_exptime(expiry.stored());
         let mut item = self.describe(entry, now, options);
-        item.exptime = entry.exptime;
+        item.exptime = entry.exptime();
         item.value = bytes::Bytes::from(self.current_value(entry)?);
         Ok((Some(item), ticket))
     }
@@ -291,7 +291,7 @@ impl Engine {
         let current =
             crate::keydir::find(&table, hash, key).filter(|entry| inner.is_live(entry, now));
         let stale = match (mode, current) {
-            (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas,
+            (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas(),
             _ => false,
         };
         let (value, flags, exptime) = match (mode, current) {
@@ -302,10 +302,10 @@ impl Engine {
             (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
                 return Ok((StoreOutcome::NotFound, Ticket::NONE))
             }
-            (StoreMode::Cas(cas), Some(entry)) if entry.cas != cas => {
+            (StoreMode::Cas(cas), Some(entry)) if entry.cas() != cas => {
                 return Ok((StoreOutcome::Exists, Ticket::NONE))
             }
-            (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas => {
+            (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => {
                 return Ok((StoreOutcome::Exists, Ticket::NONE))
             }
             (StoreMode::Append, Some(entry)) => {
@@ -313,8 +313,8 @@ impl Engine {
                 combined.extend_from_slice(value);
                 (
                     std::borrow::Cow::Owned(combined),
-                    entry.flags,
-                    entry.exptime,
+                    entry.flags(),
+                    entry.exptime(),
                 )
             }
             (StoreMode::Prepend, Some(entry)) => {
@@ -322,8 +322,8 @@ impl Engine {
                 combined.extend_from_slice(&inner.current_value(entry)?);
                 (
                     std::borrow::Cow::Owned(combined),
-                    entry.flags,
-                    entry.exptime,
+                    entry.flags(),
+                    entry.exptime(),
                 )
             }
             _ => (std::borrow::Cow::Borrowed(value), flags, expiry.stored()),
@@ -358,7 +358,7 @@ impl Engine {
         if !inner.is_live(found.get(), now) {
             return Ok((DeleteOutcome::NotFound, Ticket::NONE));
         }
-        if cas.is_some_and(|cas| cas != found.get().cas) {
+        if cas.is_some_and(|cas| cas != found.get().cas()) {
             return Ok((DeleteOutcome::Exists, Ticket::NONE));
         }
         let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
@@ -398,12 +398,12 @@ impl Engine {
         else {
             return Ok((DeleteOutcome::NotFound, Ticket::NONE));
         };
-        if cas.is_some_and(|cas| cas != entry.cas) {
+        if cas.is_some_and(|cas| cas != entry.cas()) {
             return Ok((DeleteOutcome::Exists, Ticket::NONE));
         }
         let value = inner.current_value(entry)?;
-        let flags = entry.flags;
-        let exptime = expiry.map_or(entry.exptime, Expiry::stored);
+        let flags = entry.flags();
+        let exptime = expiry.map_or(entry.exptime(), Expiry::stored);
         let (_, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, true)?;
         Ok((DeleteOutcome::Deleted, ticket))
     }
@@ -434,7 +434,7 @@ impl Engine {
         }
         let (_, ticket) = inner.put(&mut table, hash, key, &[], 0, expiry.stored(), false)?;
         if let Some(entry) = crate::keydir::find(&table, hash, key) {
-            entry.bits.fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
+            entry.bits().fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
         }
         Ok((true, ticket))
     }
@@ -472,7 +472,7 @@ impl Engine {
                 ticket,
             ));
         };
-        if arith.cas.is_some_and(|cas| cas != entry.cas) {
+        if arith.cas.is_some_and(|cas| cas != entry.cas()) {
             return Ok((ArithOutcome::Exists, Ticket::NONE));
         }
         let old = inner.current_value(entry)?;
@@ -485,7 +485,7 @@ impl Engine {
             number.saturating_sub(arith.delta)
         };
         let text = format_counter(number, old.len());
-        let (flags, exptime) = (entry.flags, entry.exptime);
+        let (flags, exptime) = (entry.flags(), entry.exptime());
         let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, false)?;
         Ok((ArithOutcome::Value { value: number, cas }, ticket))
     }

@@ -92,7 +92,7 @@ impl Resolver<'_> {
         let hash = self.keydir.hash(key);
         let mut table = self.keydir.partition(hash).write();
         if let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) {
-            if entry.cas >= header.seq {
+            if entry.cas() >= header.seq {
                 return;
             }
             entry.replace(
@@ -118,7 +118,7 @@ impl Resolver<'_> {
                 self.now,
             );
             if header.stale {
-                entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+                entry.bits().fetch_or(BIT_STALE, Ordering::Relaxed);
             }
             table.insert_unique(hash, entry, self.keydir.rehasher());
         }
@@ -129,7 +129,7 @@ impl Resolver<'_> {
         let hash = self.keydir.hash(key);
         let mut table = self.keydir.partition(hash).write();
         if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
-            if found.get().cas > seq {
+            if found.get().cas() > seq {
                 return;
             }
             found.remove();
@@ -506,17 +506,17 @@ fn finish_keydir(
     let by_id: HashMap<u32, &Arc<Segment>> = segments.iter().map(|s| (s.id, s)).collect();
     for index in 0..keydir.len() {
         let mut table = keydir.partition_at(index).write();
-        table.retain(|entry| entry.cas >= flush_seq);
+        table.retain(|entry| entry.cas() >= flush_seq);
         for entry in table.iter_mut() {
             if let Some(touch) = touches.get(entry.key()) {
-                if touch.target == entry.cas && touch.seq > entry.cas {
-                    entry.exptime = touch.exptime;
+                if touch.target == entry.cas() && touch.seq > entry.cas() {
+                    entry.set_exptime(touch.exptime);
                     if touch.stale {
-                        entry.bits.fetch_or(BIT_STALE, Ordering::Relaxed);
+                        entry.bits().fetch_or(BIT_STALE, Ordering::Relaxed);
                     }
                 }
             }
-            if let Some(segment) = by_id.get(&entry.segment_id) {
+            if let Some(segment) = by_id.get(&entry.segment_id()) {
                 segment.add_live(entry.record_len());
             }
             counters.items.fetch_add(1, Ordering::Relaxed);
