@@ -28,6 +28,7 @@ enum Command {
     /// Verify every segment and hint file of a data directory: report each
     /// damaged record (file, offset, key if readable) and exit 1 if any.
     Check(CheckArgs),
+    Bench(larder_bench::BenchArgs),
 }
 
 #[derive(Args)]
@@ -197,6 +198,7 @@ fn serve(args: ServeArgs) -> ExitCode {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
+        Command::Bench(args) => larder_bench::run_cli(args),
         Command::Check(args) => check(args),
     }
 }
