@@ -12,8 +12,10 @@
 //!
 //! Failure: a failed `write` keeps the buffer, so the next commit retries it
 //! (a `pwrite` at the same offset is idempotent). A failed `fdatasync` is
-//! sticky: the engine cannot know which pages reached the disk, so every later
-//! commit fails until the engine is reopened and recovery rereads the log.
+//! sticky: the engine cannot know which pages reached the disk, so every
+//! later commit fails until [`Log::heal`] has cut the active segment back to
+//! its last good sync and rewritten the records since then, which the buffer
+//! keeps until they are synced, to a new segment (or the engine is reopened).
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
@@ -33,6 +35,9 @@ use std::time::{Duration, Instant};
 const BUFFER_BYTES_SOFT_MAX: usize = 1 << 20;
 /// Past this many buffered bytes (writes keep failing) appends are refused.
 const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
+/// Past this many written but unsynced bytes, an append asks for a sync
+/// early, bounding what is kept for [`Log::heal`].
+const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -132,7 +137,12 @@ struct LogState {
     end: u64,
     /// Bytes of the active segment handed to the OS.
     written: u64,
-    /// Bytes `[written, end)` of the active segment.
+    /// Offset of `buffer[0]` in the active segment: everything before it is
+    /// synced (with `Durability::None`, written).
+    base: u64,
+    /// Bytes `[base, end)` of the active segment: not yet written, or
+    /// written and not yet synced. Kept so that after a failed sync the
+    /// records can be written again to a new segment (see [`Log::heal`]).
     buffer: Vec<u8>,
     /// The last write-out error, cleared by the next successful one.
     write_error: Option<String>,
@@ -200,6 +210,7 @@ impl Log {
                 active,
                 end: len,
                 written: len,
+                base: len,
                 buffer: Vec::new(),
                 write_error: None,
             }),
@@ -227,11 +238,11 @@ impl Log {
             return Err(Error::WritesFailing(reason.clone()));
         }
         let state = self.state.lock();
-        if state.buffer.len() > BUFFER_BYTES_HARD_MAX {
+        if state.unwritten().len() > BUFFER_BYTES_HARD_MAX {
             let reason = state.write_error.clone().unwrap_or_default();
             return Err(Error::WritesFailing(format!(
                 "write buffer full ({} bytes) because writes fail: {reason}",
-                state.buffer.len()
+                state.unwritten().len()
             )));
         }
         Ok(())
@@ -264,19 +275,33 @@ impl Log {
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
-        if state.buffer.len() > BUFFER_BYTES_SOFT_MAX {
+        if state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
             // A failure here is retried by the next commit, which reports it.
             let _ = self.write_out(&mut state);
+        }
+        if state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX {
+            let wanted = lsn(state.active.id, state.end);
+            drop(state);
+            self.request_sync(wanted);
         }
         Ok((segment, offset, ticket))
     }
 
-    /// Hands the buffer to the OS.
+    /// Asks the sync thread to sync up to `position` soon.
+    fn request_sync(&self, position: u64) {
+        let mut sync = self.sync.lock();
+        sync.requested = sync.requested.max(position);
+        self.sync_wanted.notify_one();
+    }
+
+    /// Hands the unwritten part of the buffer to the OS.
     fn write_out(&self, state: &mut LogState) -> Result<()> {
-        if state.buffer.is_empty() {
+        let unwritten = state.unwritten();
+        if unwritten.is_empty() {
             return Ok(());
         }
-        let result = state.active.file.write_all_at(&state.buffer, state.written);
+        let unwritten_len = unwritten.len() as u64;
+        let result = state.active.file.write_all_at(unwritten, state.written);
         if let Err(error) = result {
             let error = Error::io(format!("writing to {}", state.active.path.display()), error);
             state.write_error = Some(error.to_string());
@@ -285,11 +310,10 @@ impl Log {
         }
         self.counters
             .log_bytes_written
-            .fetch_add(state.buffer.len() as u64, Ordering::Relaxed);
+            .fetch_add(unwritten_len, Ordering::Relaxed);
         state.written = state.end;
-        state.buffer.clear();
-        if state.buffer.capacity() > 4 * BUFFER_BYTES_SOFT_MAX {
-            state.buffer.shrink_to(BUFFER_BYTES_SOFT_MAX);
+        if self.durability == Durability::None {
+            state.forget_before(state.written);
         }
         state.write_error = None;
         self.written_lsn
@@ -319,6 +343,8 @@ impl Log {
         state.active = new;
         state.end = u64::from(segment::HEADER_BYTES);
         state.written = state.end;
+        state.base = state.end;
+        state.buffer.clear();
         let start = lsn(state.active.id, state.end);
         self.written_lsn.fetch_max(start, Ordering::Release);
         if self.durability != Durability::None {
@@ -496,8 +522,18 @@ impl Log {
         let waiting = std::mem::take(&mut self.sync.lock().waiting);
         self.sync_file(&segment)?;
         self.counters.record_group_commit(waiting.max(1));
+        self.forget_synced(&segment, position);
         self.mark_synced(position);
         Ok(())
+    }
+
+    /// Drops buffered bytes a successful sync of `segment` up to `position`
+    /// made durable.
+    fn forget_synced(&self, segment: &Segment, position: u64) {
+        let mut state = self.state.lock();
+        if state.active.id == segment.id {
+            state.forget_before(position & u64::from(u32::MAX));
+        }
     }
 
     fn wake_all(&self) {
@@ -525,8 +561,73 @@ impl Log {
         };
         let position = self.written_lsn();
         self.sync_file(&segment)?;
+        self.forget_synced(&segment, position);
         self.mark_synced(position);
         Ok(())
+    }
+
+    /// Tries to resume writing after a failed sync. The failed sync may have
+    /// lost any page written since the last good one, so: cut the active
+    /// segment back to that point and sync it; write every record since then
+    /// (kept in the buffer) to a new segment and sync it. On success returns
+    /// where each put moved; the caller points the keydir at the copies and
+    /// then calls [`Log::resume`]. On failure nothing changed that recovery
+    /// could not read, and writes stay refused; try again later.
+    pub fn heal(&self) -> Result<Vec<Moved>> {
+        let mut state = self.state.lock();
+        let old = Arc::clone(&state.active);
+        let base = state.base;
+        let io = |what: &str, path: &std::path::Path, e| {
+            Error::io(format!("{what} {}", path.display()), e)
+        };
+        old.file
+            .set_len(base)
+            .map_err(|e| io("cutting back", &old.path, e))?;
+        old.file
+            .sync_data()
+            .map_err(|e| io("syncing", &old.path, e))?;
+        state.written = base;
+        let header = SegmentHeader {
+            origin: Origin::Log,
+            id: self.segments.allocate_id(),
+            seq_at_creation: self.next_seq.load(Ordering::SeqCst),
+            flush_seq: self.flush_seq.load(Ordering::SeqCst),
+        };
+        let new = create_segment(&*self.fs, &self.dir, header)?;
+        let start = u64::from(segment::HEADER_BYTES);
+        let copied = new
+            .file
+            .write_all_at(&state.buffer, start)
+            .and_then(|()| new.file.sync_data());
+        if let Err(error) = copied {
+            let _ = self.fs.remove(&new.path);
+            return Err(io("copying the unsynced records to", &new.path, error));
+        }
+        let moved = moved_records(&state.buffer, &old, base, &new, start);
+        let end = start + state.buffer.len() as u64;
+        old.len_bytes.store(base, Ordering::Release);
+        old.sealed.store(true, Ordering::Release);
+        self.sealed.lock().push(old.id);
+        new.len_bytes.store(end, Ordering::Release);
+        self.segments.insert(Arc::clone(&new));
+        state.active = new;
+        state.end = end;
+        state.written = end;
+        state.base = end;
+        state.buffer.clear();
+        state.write_error = None;
+        self.written_lsn
+            .fetch_max(lsn(state.active.id, end), Ordering::Release);
+        Ok(moved)
+    }
+
+    /// Accepts writes again after [`Log::heal`] succeeded and the keydir
+    /// points at the moved records.
+    pub fn resume(&self) {
+        let position = self.written_lsn();
+        self.synced_lsn.fetch_max(position, Ordering::Release);
+        self.sync.lock().failed = None;
+        self.mark_synced(position);
     }
 
     /// Stops the sync thread.
@@ -538,6 +639,72 @@ impl Log {
     /// The sticky sync failure, if any.
     pub fn sync_failure(&self) -> Option<String> {
         self.sync.lock().failed.clone()
+    }
+}
+
+/// A put that [`Log::heal`] copied to a new segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The put's seq (CAS unique).
+    pub seq: u64,
+    /// Segment and offset it was at.
+    pub from: (u32, u32),
+    /// Segment and offset it is at now.
+    pub to: (u32, u32),
+    /// Record length.
+    pub record_len: u64,
+}
+
+/// The puts among `records` (written at `base` in `old`, copied to `start`
+/// in `new`), and notes every record's seq in `new`.
+fn moved_records(
+    records: &[u8],
+    old: &Segment,
+    base: u64,
+    new: &Segment,
+    start: u64,
+) -> Vec<Moved> {
+    let mut moved = Vec::new();
+    let mut at = 0usize;
+    while let Some(rest) = records.get(at..).filter(|rest| !rest.is_empty()) {
+        let Ok(header) = crate::record::decode(rest) else {
+            break;
+        };
+        new.note_seq(header.seq);
+        if header.kind == crate::record::Kind::Put {
+            moved.push(Moved {
+                key: rest.get(header.key_range()).unwrap_or_default().to_vec(),
+                seq: header.seq,
+                from: (old.id, (base + at as u64) as u32),
+                to: (new.id, (start + at as u64) as u32),
+                record_len: header.record_len(),
+            });
+        }
+        at += header.record_len() as usize;
+    }
+    moved
+}
+
+impl LogState {
+    /// The bytes appended but not yet handed to the OS.
+    fn unwritten(&self) -> &[u8] {
+        let from = (self.written - self.base) as usize;
+        self.buffer.get(from..).unwrap_or_default()
+    }
+
+    /// Drops buffered bytes before `offset` (now durable).
+    fn forget_before(&mut self, offset: u64) {
+        let offset = offset.min(self.written);
+        if offset <= self.base {
+            return;
+        }
+        self.buffer.drain(..(offset - self.base) as usize);
+        self.base = offset;
+        if self.buffer.is_empty() && self.buffer.capacity() > 4 * BUFFER_BYTES_SOFT_MAX {
+            self.buffer = Vec::new();
+        }
     }
 }
 

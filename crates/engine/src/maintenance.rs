@@ -32,6 +32,7 @@ pub fn maintenance_loop(inner: &Inner) {
 
 /// One round of all maintenance work.
 pub fn maintain_once(inner: &Inner) {
+    heal_log(inner);
     activate_due_flush(inner);
     sweep_flushed(inner);
     sweep_expired(inner);
@@ -65,6 +66,45 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
             inner.flush_deadline.store(deadline, Ordering::Release);
         }
     }
+}
+
+/// After a failed sync, tries to resume writes (see [`crate::log::Log::heal`]):
+/// the unsynced records are copied to a new segment and the keydir is
+/// pointed at the copies before writes are accepted again.
+fn heal_log(inner: &Inner) {
+    let Some(reason) = inner.log.sync_failure() else {
+        return;
+    };
+    let moved = match inner.log.heal() {
+        Ok(moved) => moved,
+        Err(error) => {
+            tracing::warn!(%error, %reason, "writes still refused after a failed sync");
+            return;
+        }
+    };
+    for record in &moved {
+        let hash = inner.keydir.hash(&record.key);
+        let mut table = inner.keydir.partition(hash).write();
+        let Some(entry) = table.find_mut(hash, |entry| entry.key() == record.key) else {
+            continue;
+        };
+        if entry.cas() != record.seq || (entry.segment_id(), entry.offset()) != record.from {
+            continue;
+        }
+        entry.set_location(record.to.0, record.to.1);
+        if let Some(old) = inner.segments.get(record.from.0) {
+            old.sub_live(record.record_len);
+        }
+        if let Some(new) = inner.segments.get(record.to.0) {
+            new.add_live(record.record_len);
+        }
+    }
+    inner.log.resume();
+    tracing::warn!(
+        records = moved.len(),
+        %reason,
+        "writes resumed after a failed sync: unsynced records rewritten to a new segment"
+    );
 }
 
 fn flush_header(seq: u64) -> Header {

@@ -2,8 +2,9 @@
 //! (`EIO`), injected through [`MemFs`]. Writes fail with a temporary error,
 //! reads keep working, nothing acknowledged before is lost (neither while
 //! the engine runs nor after a reopen), and a failed sync is sticky: the
-//! engine refuses writes until it is reopened, because it cannot know which
-//! of its pages reached the disk.
+//! engine refuses writes, because it cannot know which of its pages reached
+//! the disk, until the maintenance pass has rewritten everything since the
+//! last good sync to a new segment (or the engine is reopened).
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -213,4 +214,55 @@ fn a_failed_background_sync_under_everysec_refuses_later_writes() {
     let engine = open(&fs, &config, &clock);
     assert_eq!(contents(&engine, &keys(10)).len(), 10);
     assert_eq!(value(&engine, b"later"), None);
+}
+
+/// The story: a failed `fdatasync` used to leave the engine refusing writes
+/// until a restart. Now the maintenance pass cuts the active segment back to
+/// its last good sync and rewrites the records since then (kept in memory)
+/// to a new segment, so writes resume by themselves once syncs succeed, and
+/// writes acknowledged before the failure survive a later power cut.
+#[test]
+fn writes_resume_by_themselves_once_syncs_succeed_again() {
+    for durability in [Durability::Always, Durability::EverySec] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = config(durability);
+        let engine = open(&fs, &config, &clock);
+        acknowledged(&engine, 0..20);
+        engine.sync().unwrap();
+        // Acknowledged under everysec (written, not yet synced); under
+        // always this write fails with the sync.
+        let pending = store_and_commit(&engine, b"pending", b"p");
+        fs.inject(FaultKind::EioOnSync);
+        let failed = engine.sync();
+        assert!(failed.is_err());
+        assert!(engine.stats().sync_failure.is_some());
+
+        engine.maintain_now();
+        assert!(
+            engine.stats().sync_failure.is_some(),
+            "no healing while syncs still fail"
+        );
+        fs.clear_faults();
+        engine.maintain_now();
+        assert!(engine.stats().sync_failure.is_none(), "healed");
+        store_and_commit(&engine, b"after", b"a").unwrap();
+        engine.sync().unwrap();
+        for i in 0..20 {
+            let key = format!("k{i}");
+            assert_eq!(
+                value(&engine, key.as_bytes()).unwrap(),
+                format!("v{i}").as_bytes()
+            );
+        }
+
+        fs.power_cut(Some(11));
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+        assert_eq!(value(&engine, b"after").unwrap(), b"a");
+        if pending.is_ok() {
+            assert_eq!(value(&engine, b"pending").unwrap(), b"p", "{durability:?}");
+        }
+    }
 }
