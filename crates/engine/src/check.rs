@@ -107,16 +107,7 @@ fn damage(file: &Path, offset: u64, key: Option<Vec<u8>>, reason: String) -> Dam
 }
 
 fn read_all(fs: &dyn Fs, path: &Path) -> Result<Vec<u8>> {
-    let file = fs
-        .open(path, false)
-        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    let len = file
-        .len()
-        .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
-    let mut bytes = vec![0u8; len as usize];
-    file.read_exact_at(&mut bytes, 0)
-        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-    Ok(bytes)
+    crate::fs::read_all(fs, path).map_err(|e| Error::io(format!("reading {}", path.display()), e))
 }
 
 /// Walks the records of one segment, reporting each damaged one and

@@ -24,7 +24,7 @@ use crate::keydir;
 use crate::log::create_segment;
 use crate::record::{self, Header, Kind};
 use crate::recovery::touch_target;
-use crate::scan::{scan, ScanEnd};
+use crate::scan::scan_sealed;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,21 +60,11 @@ pub fn write_pending_hints(inner: &Inner) -> Result<()> {
         if segment.sealed.load(Ordering::Acquire) && !segment.has_hint.load(Ordering::Acquire) {
             let mut hint = HintWriter::new();
             let len = segment.len_bytes.load(Ordering::Acquire);
-            let start = u64::from(segment::HEADER_BYTES);
-            let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
+            scan_sealed(&segment, |offset, header, bytes| {
                 let key = bytes.get(header.key_range()).unwrap_or_default();
                 hint.push(header, offset as u32, key, touch_target(header, bytes));
                 Ok(())
-            })
-            .map_err(|e| Error::io(format!("scanning {}", segment.path.display()), e))?;
-            visited?;
-            if let ScanEnd::Damaged { offset, error } = end {
-                return Err(Error::Corruption {
-                    file: segment.path.clone(),
-                    offset,
-                    reason: error.to_string(),
-                });
-            }
+            })?;
             install_hint(inner, &segment, hint.finish(segment.id, len))?;
         }
     }
@@ -277,9 +267,8 @@ fn compact_segment(
         .counters
         .compaction_bytes_read
         .fetch_add(len, Ordering::Relaxed);
-    let start = u64::from(segment::HEADER_BYTES);
     let flush_seq = inner.flush_seq.load(Ordering::Acquire);
-    let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
+    scan_sealed(segment, |offset, header, bytes| {
         let key = bytes.get(header.key_range()).unwrap_or_default();
         let value = bytes.get(header.value_range()).unwrap_or_default();
         let keep = match header.kind {
@@ -307,16 +296,7 @@ fn compact_segment(
             output.write_and_switch(inner)?;
         }
         Ok(())
-    })
-    .map_err(|e| Error::io(format!("compacting {}", segment.path.display()), e))?;
-    visited?;
-    if let ScanEnd::Damaged { offset, error } = end {
-        return Err(Error::Corruption {
-            file: segment.path.clone(),
-            offset,
-            reason: error.to_string(),
-        });
-    }
+    })?;
     output.write_and_switch(inner)
 }
 

@@ -330,12 +330,7 @@ impl Log {
         self.write_out(state)?;
         let old = Arc::clone(&state.active);
         self.sync_file(&old)?;
-        let header = SegmentHeader {
-            origin: Origin::Log,
-            id: self.segments.allocate_id(),
-            seq_at_creation: self.next_seq.load(Ordering::SeqCst),
-            flush_seq: self.flush_seq.load(Ordering::SeqCst),
-        };
+        let header = self.next_segment_header();
         let new = create_segment(&*self.fs, &self.dir, header)?;
         self.segments.insert(Arc::clone(&new));
         old.sealed.store(true, Ordering::Release);
@@ -354,6 +349,17 @@ impl Log {
             .segments_sealed
             .fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The header of the next log segment: a fresh id, stamped with the
+    /// seq and flush generation in force now.
+    fn next_segment_header(&self) -> SegmentHeader {
+        SegmentHeader {
+            origin: Origin::Log,
+            id: self.segments.allocate_id(),
+            seq_at_creation: self.next_seq.load(Ordering::SeqCst),
+            flush_seq: self.flush_seq.load(Ordering::SeqCst),
+        }
     }
 
     /// `fdatasync` of one file, recording a failure as sticky.
@@ -587,12 +593,7 @@ impl Log {
             .sync_data()
             .map_err(|e| io("syncing", &old.path, e))?;
         state.written = base;
-        let header = SegmentHeader {
-            origin: Origin::Log,
-            id: self.segments.allocate_id(),
-            seq_at_creation: self.next_seq.load(Ordering::SeqCst),
-            flush_seq: self.flush_seq.load(Ordering::SeqCst),
-        };
+        let header = self.next_segment_header();
         let new = create_segment(&*self.fs, &self.dir, header)?;
         let start = u64::from(segment::HEADER_BYTES);
         let copied = new

@@ -7,7 +7,7 @@
 use crate::engine::Inner;
 use crate::keydir::{Table, BIT_REFERENCED};
 use crate::log::lsn;
-use crate::record::{Header, Kind};
+use crate::record::Header;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
         return;
     }
     let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-    let header = flush_header(seq);
+    let header = Header::flush(seq, 0);
     match inner.log.append(header.record_len(), |buf| {
         crate::record::encode(buf, &header, &[], &[])
     }) {
@@ -105,19 +105,6 @@ fn heal_log(inner: &Inner) {
         %reason,
         "writes resumed after a failed sync: unsynced records rewritten to a new segment"
     );
-}
-
-fn flush_header(seq: u64) -> Header {
-    Header {
-        kind: Kind::Flush,
-        batch_continues: false,
-        stale: false,
-        key_len: 0,
-        value_len: 0,
-        flags: 0,
-        exptime: 0,
-        seq,
-    }
 }
 
 /// Removes items hidden by a flush from the keydir (their records become
@@ -175,12 +162,7 @@ fn sweep_expired(inner: &Inner) {
                 return;
             }
             let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-            let header = Header {
-                kind: Kind::Delete,
-                key_len: key.len() as u16,
-                seq,
-                ..flush_header(seq)
-            };
+            let header = Header::delete(key.len() as u16, seq);
             let appended = inner.log.append(header.record_len(), |buf| {
                 crate::record::encode(buf, &header, &key, &[])
             });

@@ -362,16 +362,7 @@ impl Engine {
             return Ok((DeleteOutcome::Exists, Ticket::NONE));
         }
         let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-        let header = Header {
-            kind: Kind::Delete,
-            batch_continues: false,
-            stale: false,
-            key_len: key.len() as u16,
-            value_len: 0,
-            flags: 0,
-            exptime: 0,
-            seq,
-        };
+        let header = Header::delete(key.len() as u16, seq);
         let ticket = inner.append_other(&header, key, &[])?;
         let (entry, _) = found.remove();
         inner.release_entry(&entry);
@@ -504,16 +495,7 @@ impl Engine {
         } else {
             now.saturating_add(delay_secs)
         };
-        let header = Header {
-            kind: Kind::Flush,
-            batch_continues: false,
-            stale: false,
-            key_len: 0,
-            value_len: 0,
-            flags: 0,
-            exptime: deadline,
-            seq,
-        };
+        let header = Header::flush(seq, deadline);
         let ticket = inner.append_other(&header, &[], &[])?;
         if deadline == 0 {
             inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
@@ -626,14 +608,8 @@ fn batch_header(op: &BatchOp<'_>, seq: u64, continues: bool) -> Header {
             ..put_header(key, value, *flags, expiry.stored(), seq, false)
         },
         BatchOp::Delete { key } => Header {
-            kind: Kind::Delete,
             batch_continues: continues,
-            stale: false,
-            key_len: key.len() as u16,
-            value_len: 0,
-            flags: 0,
-            exptime: 0,
-            seq,
+            ..Header::delete(key.len() as u16, seq)
         },
     }
 }

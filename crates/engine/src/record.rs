@@ -83,6 +83,29 @@ pub struct Header {
 }
 
 impl Header {
+    /// A tombstone for a key of `key_len` bytes.
+    pub fn delete(key_len: u16, seq: u64) -> Header {
+        Header {
+            kind: Kind::Delete,
+            batch_continues: false,
+            stale: false,
+            key_len,
+            value_len: 0,
+            flags: 0,
+            exptime: 0,
+            seq,
+        }
+    }
+
+    /// A `flush_all` marker taking effect at `deadline` (0 = at once).
+    pub fn flush(seq: u64, deadline: u32) -> Header {
+        Header {
+            kind: Kind::Flush,
+            exptime: deadline,
+            ..Header::delete(0, seq)
+        }
+    }
+
     /// Total encoded size of the record this header starts.
     pub fn record_len(&self) -> u64 {
         HEADER_BYTES as u64 + u64::from(self.key_len) + u64::from(self.value_len)

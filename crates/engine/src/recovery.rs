@@ -472,14 +472,7 @@ pub(crate) fn touch_target(header: &Header, bytes: &[u8]) -> u64 {
 }
 
 fn read_hint(fs: &dyn Fs, path: &Path, id: u32, segment_len: u64) -> Result<hint::Hint> {
-    let file = fs
-        .open(path, false)
-        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    let len = file
-        .len()
-        .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
-    let mut bytes = vec![0u8; len as usize];
-    file.read_exact_at(&mut bytes, 0)
+    let bytes = crate::fs::read_all(fs, path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     let hint = hint::decode(&bytes, path)?;
     if hint.segment_id != id || hint.segment_len != segment_len {

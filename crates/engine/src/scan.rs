@@ -94,6 +94,27 @@ pub fn scan(
     Ok((ScanEnd::Clean, Ok(())))
 }
 
+/// Scans all records of a sealed segment, where any damage is corruption
+/// (unlike the active segment's torn tail).
+pub fn scan_sealed(
+    segment: &crate::segment::Segment,
+    visit: impl FnMut(u64, &Header, &[u8]) -> crate::Result<()>,
+) -> crate::Result<()> {
+    let start = u64::from(crate::segment::HEADER_BYTES);
+    let len = segment.len_bytes.load(std::sync::atomic::Ordering::Acquire);
+    let (end, visited) = scan(&*segment.file, start, len, visit)
+        .map_err(|e| crate::Error::io(format!("scanning {}", segment.path.display()), e))?;
+    visited?;
+    match end {
+        ScanEnd::Clean => Ok(()),
+        ScanEnd::Damaged { offset, error } => Err(crate::Error::Corruption {
+            file: segment.path.clone(),
+            offset,
+            reason: error.to_string(),
+        }),
+    }
+}
+
 fn damaged(
     batch: &[(u64, Header, Vec<u8>)],
     batch_start: u64,

@@ -72,6 +72,15 @@ pub trait Fs: Send + Sync {
     fn lock(&self, path: &Path) -> io::Result<Box<dyn Any + Send + Sync>>;
 }
 
+/// Reads a whole file.
+pub fn read_all(fs: &dyn Fs, path: &Path) -> io::Result<Vec<u8>> {
+    let file = fs.open(path, false)?;
+    let len = usize::try_from(file.len()?).map_err(io::Error::other)?;
+    let mut bytes = vec![0u8; len];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
 /// Joins a file name to a directory; a tiny helper so call sites read well.
 pub(crate) fn join(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
