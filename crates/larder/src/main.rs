@@ -117,36 +117,25 @@ struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// The defaults, overridden by the config file, overridden by flags.
     fn into_config(self) -> Result<ServerConfig, config::ConfigError> {
         let mut config = ServerConfig::default();
         if let Some(path) = &self.config {
             ConfigFile::load(path)?.apply(&mut config)?;
         }
-        if let Some(port) = self.port {
-            config.port = port;
-        }
-        if let Some(listen) = self.listen {
-            config.listen = listen;
-        }
-        if let Some(max) = self.max_connections {
-            config.max_connections = max;
-        }
-        if let Some(threads) = self.threads {
-            config.threads = threads;
-        }
-        if let Some(memory) = self.memory_limit {
-            config.memory_limit_mb = memory;
-        }
-        if let Some(size) = &self.max_item_size {
-            config.max_item_size = config::parse_size(size)?;
-        }
-        if let Some(dir) = self.data_dir {
-            config.data_dir = dir;
-        }
-        if let Some(name) = &self.durability {
-            config.durability = config::parse_durability(name)?;
-        }
-        config.verbose = config.verbose.max(self.verbose);
+        let flags = ConfigFile {
+            listen: self.listen,
+            port: self.port,
+            max_connections: self.max_connections,
+            threads: self.threads,
+            memory_limit_mb: self.memory_limit,
+            max_item_size: self.max_item_size.map(config::Size::Text),
+            data_dir: self.data_dir,
+            durability: self.durability,
+            verbose: (self.verbose > 0).then_some(self.verbose),
+            segment_bytes_max: None,
+        };
+        flags.apply(&mut config)?;
         config.validate()?;
         Ok(config)
     }

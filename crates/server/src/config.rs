@@ -69,7 +69,7 @@ pub struct ConfigFile {
     pub memory_limit_mb: Option<u64>,
     /// See [`ServerConfig::max_item_size`]; a number of bytes or a size
     /// with a `k`, `m` or `g` suffix.
-    pub max_item_size: Option<toml::Value>,
+    pub max_item_size: Option<Size>,
     /// See [`ServerConfig::data_dir`].
     pub data_dir: Option<PathBuf>,
     /// `always`, `everysec` or `none`.
@@ -78,6 +78,16 @@ pub struct ConfigFile {
     pub verbose: Option<u8>,
     /// See [`ServerConfig::segment_bytes_max`].
     pub segment_bytes_max: Option<u32>,
+}
+
+/// A size setting: a number of bytes, or text like `"2m"`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// A number of bytes.
+    Bytes(u64),
+    /// Bytes with an optional `k`, `m` or `g` suffix.
+    Text(String),
 }
 
 /// A configuration that cannot be used; the message says which setting and
@@ -116,14 +126,9 @@ impl ConfigFile {
         }
         if let Some(size) = self.max_item_size {
             config.max_item_size = match size {
-                toml::Value::Integer(bytes) => usize::try_from(bytes)
-                    .map_err(|_| ConfigError(format!("max_item_size {bytes} is negative")))?,
-                toml::Value::String(text) => parse_size(&text)?,
-                other => {
-                    return Err(ConfigError(format!(
-                        "max_item_size must be a number or a size like \"2m\", not {other}"
-                    )))
-                }
+                Size::Bytes(bytes) => usize::try_from(bytes)
+                    .map_err(|_| ConfigError(format!("max_item_size {bytes} is too large")))?,
+                Size::Text(text) => parse_size(&text)?,
             };
         }
         if let Some(dir) = self.data_dir {
