@@ -8,6 +8,7 @@
 #
 # Environment:
 #   LARDER_TEST_SKIP_LINT=1    skip cargo fmt --check and clippy (quick local runs)
+#   LARDER_TEST_SKIP_FUZZ=1    skip the bounded fuzz run (FUZZ_SECONDS per target, default 20)
 #   LARDER_TEST_SKIP_CARGO=1   skip cargo test and the release build (for work on
 #                              the Python harness; needs target/release/larder or LARDER_BIN)
 #   LARDER_BIN=/path/larder    binary the Python tests start (default target/release/larder)
@@ -87,6 +88,13 @@ if [ "${LARDER_TEST_SKIP_CARGO:-0}" != 1 ]; then
     cargo build --release -p larder
 else
     section "cargo test and release build skipped (LARDER_TEST_SKIP_CARGO=1)"
+fi
+
+if [ "${LARDER_TEST_SKIP_FUZZ:-0}" != 1 ]; then
+    section "fuzz: every cargo-fuzz target, ${FUZZ_SECONDS:-20}s each (scripts/fuzz.sh)"
+    scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+else
+    section "fuzz skipped (LARDER_TEST_SKIP_FUZZ=1)"
 fi
 
 export LARDER_BIN="${LARDER_BIN:-$REPO/target/release/larder}"
