@@ -1,0 +1,348 @@
+#!/usr/bin/env bash
+# Side-by-side comparison: memcached, Redis (no persistence, AOF everysec,
+# AOF always) and Larder (durability none, everysec, always) under the same
+# workloads, driven by `larder bench`, in one run on this machine.
+#
+# Usage: benchmarks/compare.sh            (from anywhere; see BENCHMARKS.md)
+#
+# Settings (environment variables, defaults in brackets):
+#   RUNS [3]              runs of every cell; the report shows median, min, max
+#   DURATION [5s]         measured phase of each run
+#   WARMUP [500ms]        warm-up before each measured phase (not counted)
+#   KEYS [100000]         distinct keys, all preloaded (the issue asks 1000000)
+#   VALUE_SIZE [100]      value bytes
+#   CONNS ["50"]          space-separated connection counts, e.g. "1 50 500"
+#   PIPELINES ["1 16"]    space-separated pipeline depths
+#   WORKLOADS ["get set mix"]  get = 1:0, set = 0:1, mix = 90:10 gets:sets
+#   SERVERS [all seven]   subset of: memcached redis-none redis-everysec
+#                         redis-always larder-none larder-everysec larder-always
+#   CLIENT_THREADS [2]    larder bench worker threads
+#   SERVER_THREADS [2]    memcached -t / larder -t (Redis is single-threaded)
+#   MEMORY_MB [1024]      memcached -m / larder -m
+#   LARDER [target/release/larder]  the binary; when not given, the script
+#                         runs cargo build --release -p larder first
+#   RESULTS_DIR [benchmarks/results/<date>]  where results go; the default
+#                         one is also copied to benchmarks/results/latest
+#   COPY_LATEST [1 with the default RESULTS_DIR, else 0]
+#   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  server data dirs and logs;
+#                         put it on the disk you want fsync measured on
+#   INSTALL [1]           0: never apt-get; fail if a server is missing
+#
+# Every server listens on 127.0.0.1 on a free port, gets its own empty data
+# directory, is preloaded with every key, and is stopped by its PID (a trap
+# stops whatever is still running on exit). Rounds are interleaved: round 1
+# of every server, then round 2, ... so slow drift of the machine spreads
+# over all servers instead of landing on one. Each round starts each server
+# afresh.
+
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
+
+RUNS="${RUNS:-3}"
+DURATION="${DURATION:-5s}"
+WARMUP="${WARMUP:-500ms}"
+KEYS="${KEYS:-100000}"
+VALUE_SIZE="${VALUE_SIZE:-100}"
+CONNS="${CONNS:-50}"
+PIPELINES="${PIPELINES:-1 16}"
+WORKLOADS="${WORKLOADS:-get set mix}"
+SERVERS="${SERVERS:-memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always}"
+CLIENT_THREADS="${CLIENT_THREADS:-2}"
+SERVER_THREADS="${SERVER_THREADS:-2}"
+MEMORY_MB="${MEMORY_MB:-1024}"
+LARDER_GIVEN="${LARDER:-}"
+LARDER="${LARDER:-$REPO/target/release/larder}"
+INSTALL="${INSTALL:-1}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[compare %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- settings
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, not '$RUNS'"
+[[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
+for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c'"; done
+for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
+for w in $WORKLOADS; do
+    case "$w" in get|set|mix) ;; *) die "unknown workload '$w' (get, set, mix)";; esac
+done
+for s in $SERVERS; do
+    case "$s" in
+        memcached|redis-none|redis-everysec|redis-always|larder-none|larder-everysec|larder-always) ;;
+        *) die "unknown server '$s'";;
+    esac
+done
+
+ratio_of() {
+    case "$1" in get) echo "1:0";; set) echo "0:1";; mix) echo "90:10";; esac
+}
+
+# ------------------------------------------------------------ dependencies
+install_packages() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    [[ "$INSTALL" == 1 ]] || die "missing packages: ${missing[*]} (INSTALL=0)"
+    local sudo=()
+    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+    log "installing ${missing[*]} from Debian packages"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+}
+
+needed=()
+[[ " $SERVERS " == *" memcached "* ]] && needed+=(memcached)
+[[ " $SERVERS " == *" redis-"* ]] && needed+=(redis-server)
+[[ ${#needed[@]} -gt 0 ]] && install_packages "${needed[@]}"
+# The Debian packages may start their own service where systemd runs; ours
+# use their own ports and data directories, so those are left alone.
+
+if [[ -z "${LARDER_GIVEN:-}" && "$LARDER" == "$REPO/target/release/larder" ]]; then
+    # Build (a no-op when up to date) so the binary measured is the tree's.
+    log "building larder (cargo build --release -p larder)"
+    (cd "$REPO" && cargo build --release -p larder)
+fi
+[[ -x "$LARDER" ]] || die "no larder binary at $LARDER"
+command -v "$PYTHON" >/dev/null || die "python3 is needed for the report"
+
+# 500 connections need more descriptors than some defaults give.
+max_conns=1
+for c in $CONNS; do (( c > max_conns )) && max_conns=$c; done
+want_fds=$(( max_conns * 2 + 256 ))
+if (( $(ulimit -n) < want_fds )); then
+    ulimit -n "$want_fds" 2>/dev/null || log "warning: could not raise the descriptor limit to $want_fds"
+fi
+
+# ------------------------------------------------------------- directories
+DATE="$(date +%Y-%m-%d)"
+if [[ -z "${RESULTS_DIR:-}" ]]; then
+    COPY_LATEST="${COPY_LATEST:-1}"
+    RESULTS_DIR="$SCRIPT_DIR/results/$DATE"
+    n=2
+    while [[ -e "$RESULTS_DIR" ]]; do RESULTS_DIR="$SCRIPT_DIR/results/$DATE-$n"; n=$((n + 1)); done
+fi
+COPY_LATEST="${COPY_LATEST:-0}"
+mkdir -p "$RESULTS_DIR/raw"
+RAW="$RESULTS_DIR/raw"
+
+if [[ -z "${WORK_DIR:-}" ]]; then
+    WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-compare.XXXXXX")"
+    REMOVE_WORK_DIR=1
+else
+    mkdir -p "$WORK_DIR"
+    REMOVE_WORK_DIR=0
+fi
+
+# ------------------------------------------------------- server lifecycle
+declare -A SERVER_PID=()   # name -> pid of the running server
+CURRENT_PORT=""
+
+stop_server() {
+    local name="$1" pid="${SERVER_PID[$1]:-}"
+    [[ -n "$pid" ]] || return 0
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        local i
+        for ((i = 0; i < 150; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            log "$name (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    wait "$pid" 2>/dev/null || true
+    unset 'SERVER_PID[$name]'
+}
+
+cleanup() {
+    local status=$? name
+    for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
+    if [[ "$REMOVE_WORK_DIR" == 1 && -d "$WORK_DIR" ]]; then rm -rf -- "$WORK_DIR"; fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    "$PYTHON" - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+wait_for_port() {
+    local port="$1" pid="$2" i
+    for ((i = 0; i < 200; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
+
+server_stats() {
+    local port="$1"
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+    printf 'stats\r\n' >&3
+    local line
+    while IFS= read -r -t 2 line <&3; do
+        line="${line%$'\r'}"
+        [[ "$line" == END || "$line" == ERROR* ]] && break
+        printf '%s\n' "$line"
+    done
+    exec 3<&-
+}
+
+protocol_of() { case "$1" in redis-*) echo redis;; *) echo memcached;; esac; }
+
+start_server() {
+    local name="$1" round="$2" port dir logf pid
+    port="$(free_port)"
+    dir="$WORK_DIR/$name-round$round"
+    mkdir -p "$dir"
+    logf="$WORK_DIR/$name-round$round.log"
+    case "$name" in
+        memcached)
+            memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB" \
+                -c 4096 -u "$(id -un)" >"$logf" 2>&1 &
+            ;;
+        redis-none|redis-everysec|redis-always)
+            local aof=()
+            case "$name" in
+                redis-none) aof=(--appendonly no);;
+                redis-everysec) aof=(--appendonly yes --appendfsync everysec);;
+                redis-always) aof=(--appendonly yes --appendfsync always);;
+            esac
+            redis-server --bind 127.0.0.1 --port "$port" --daemonize no --save '' \
+                "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '' >"$logf" 2>&1 &
+            ;;
+        larder-*)
+            "$LARDER" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB" \
+                -c 4096 --data-dir "$dir" --durability "${name#larder-}" >"$logf" 2>&1 &
+            ;;
+    esac
+    pid=$!
+    SERVER_PID[$name]=$pid
+    if ! wait_for_port "$port" "$pid"; then
+        tail -n 20 "$logf" >&2 || true
+        die "$name did not start listening on 127.0.0.1:$port"
+    fi
+    CURRENT_PORT="$port"
+}
+
+# Threads and connections per thread giving exactly $1 connections.
+split_conns() {
+    local conns="$1" t="$CLIENT_THREADS"
+    (( t > conns )) && t=$conns
+    while (( conns % t != 0 )); do t=$((t - 1)); done
+    echo "$t $((conns / t))"
+}
+
+bench() {
+    # bench OUTFILE PORT PROTOCOL ARGS...
+    local out="$1" port="$2" proto="$3"
+    shift 3
+    if ! "$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS" \
+        -v "$VALUE_SIZE" --json -q "$@" >"$out.tmp" 2>"$out.err"; then
+        # Recorded, not fatal: report.py lists failed runs, and a server that
+        # fails one workload still gets measured on the others.
+        log "larder bench failed for $out: $(tail -n 3 "$out.err" | tr '\n' ' ')"
+        mv "$out.err" "$out.failed"
+        rm -f "$out.tmp"
+        return 1
+    fi
+    mv "$out.tmp" "$out"
+    if [[ -s "$out.err" ]]; then mv "$out.err" "$out.stderr"; else rm -f "$out.err"; fi
+}
+
+# ------------------------------------------------------------ machine info
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+    echo "memory: $(free -h | awk '/^Mem:/ {print $2}')"
+    echo "kernel: $(uname -sr)"
+    echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
+    if command -v lsblk >/dev/null; then
+        echo "disks: $(lsblk -d -n -o NAME,TYPE,ROTA,SIZE 2>/dev/null | tr -s ' ' | paste -sd ';' -)"
+    fi
+    echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
+    echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
+    echo "larder: $("$LARDER" --version), binary built $(date -u -r "$LARDER" +%Y-%m-%dT%H:%M:%SZ), tree HEAD $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo ' (crates/ has uncommitted changes)')"
+    echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB"
+    echo "servers: $SERVERS"
+} >"$RESULTS_DIR/machine.txt"
+log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
+
+# ------------------------------------------------------------------- runs
+cells=0
+for _ in $WORKLOADS; do for _ in $CONNS; do for _ in $PIPELINES; do cells=$((cells + 1)); done; done; done
+nservers=$(wc -w <<<"$SERVERS")
+log "$nservers servers x $cells cells x $RUNS runs of $DURATION (+$WARMUP warm-up) each; results in $RESULTS_DIR"
+
+start_time=$SECONDS
+for ((round = 1; round <= RUNS; round++)); do
+    for server in $SERVERS; do
+        proto="$(protocol_of "$server")"
+        start_server "$server" "$round"
+        port="$CURRENT_PORT"
+        mkdir -p "$RAW/$server"
+        log "round $round/$RUNS: $server on 127.0.0.1:$port (pid ${SERVER_PID[$server]}): preloading $KEYS keys"
+        if ! bench "$RAW/$server/preload-round$round.json" "$port" "$proto" \
+            --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$round"; then
+            log "preload of $server failed; skipping it this round"
+            stop_server "$server"
+            continue
+        fi
+        for workload in $WORKLOADS; do
+            ratio="$(ratio_of "$workload")"
+            for conns in $CONNS; do
+                read -r threads per_thread <<<"$(split_conns "$conns")"
+                for pipeline in $PIPELINES; do
+                    out="$RAW/$server/$workload-c$conns-p$pipeline-run$round.json"
+                    if ! bench "$out" "$port" "$proto" -t "$threads" -c "$per_thread" \
+                        -P "$pipeline" --ratio "$ratio" -d "$DURATION" --warmup "$WARMUP" \
+                        --seed "$round"; then
+                        continue
+                    fi
+                    log "  $server $workload c=$conns P=$pipeline run $round: $("$PYTHON" "$SCRIPT_DIR/report.py" --line "$out")"
+                done
+            done
+        done
+        if [[ "$proto" == memcached ]]; then
+            # Server counters after the round (Larder's include fsyncs and
+            # group commits), for explaining the figures.
+            server_stats "$port" >"$RAW/$server/stats-round$round.txt" || true
+        fi
+        du -sk "$WORK_DIR/$server-round$round" | awk '{print $1}' >"$RAW/$server/disk-kib-round$round.txt"
+        stop_server "$server"
+        # Data of a finished round is not needed again; keep the disk tidy.
+        rm -rf -- "${WORK_DIR:?}/$server-round$round"
+    done
+done
+log "runs took $(( (SECONDS - start_time) / 60 )) min $(( (SECONDS - start_time) % 60 )) s"
+
+# ----------------------------------------------------------------- report
+"$PYTHON" "$SCRIPT_DIR/report.py" "$RESULTS_DIR"
+
+if [[ "$COPY_LATEST" == 1 ]]; then
+    latest="$SCRIPT_DIR/results/latest"
+    mkdir -p "$SCRIPT_DIR/results"
+    rm -rf -- "$latest"
+    cp -r "$RESULTS_DIR" "$latest"
+    log "report: $RESULTS_DIR/results.md (copied to $latest)"
+else
+    log "report: $RESULTS_DIR/results.md"
+fi

@@ -1,0 +1,425 @@
+#!/usr/bin/env python3
+"""Aggregate the raw `larder bench --json` runs of benchmarks/compare.sh.
+
+Usage: report.py RESULTS_DIR
+       report.py --line RUN.json   (one-line summary of one run)
+
+Reads RESULTS_DIR/machine.txt and RESULTS_DIR/raw/<server>/<workload>-c<conns>-p<pipeline>-run<n>.json
+and writes RESULTS_DIR/results.json, RESULTS_DIR/results.md and one SVG chart
+per workload cell in RESULTS_DIR/charts/. Standard library only.
+
+Per cell and server: median, min and max of ops/s over the runs, the ratio of
+the median to memcached's median, and the median over runs of each latency
+percentile (p50, p99, p99.9 of all requests, in microseconds).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from html import escape
+from pathlib import Path
+
+SERVER_ORDER = [
+    "memcached",
+    "redis-none",
+    "redis-everysec",
+    "redis-always",
+    "larder-none",
+    "larder-everysec",
+    "larder-always",
+]
+WORKLOAD_NAMES = {"get": "get-only (1:0)", "set": "set-only (0:1)", "mix": "90:10 gets:sets"}
+WORKLOAD_ORDER = ["get", "set", "mix"]
+RUN_FILE = re.compile(r"^(get|set|mix)-c(\d+)-p(\d+)-run(\d+)\.(json|failed)$")
+BASELINE = "memcached"
+
+
+def read_machine(results_dir: Path) -> dict[str, str]:
+    machine: dict[str, str] = {}
+    path = results_dir / "machine.txt"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition(": ")
+            if sep:
+                machine[key.strip()] = value.strip()
+    return machine
+
+
+def load_runs(raw: Path) -> tuple[dict, dict]:
+    """Returns cells[(workload, conns, pipeline)][server] -> list of reports,
+    failures[(workload, conns, pipeline)][server] -> count of failed runs."""
+    cells: dict = {}
+    failures: dict = {}
+    for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
+        server = server_dir.name
+        for path in sorted(server_dir.iterdir()):
+            match = RUN_FILE.match(path.name)
+            if not match:
+                continue
+            workload, conns, pipeline, _run, kind = match.groups()
+            key = (workload, int(conns), int(pipeline))
+            if kind == "failed":
+                failures.setdefault(key, {}).setdefault(server, 0)
+                failures[key][server] += 1
+                continue
+            with path.open() as f:
+                cells.setdefault(key, {}).setdefault(server, []).append(json.load(f))
+    return cells, failures
+
+
+def order_servers(servers) -> list[str]:
+    known = [s for s in SERVER_ORDER if s in servers]
+    return known + sorted(s for s in servers if s not in SERVER_ORDER)
+
+
+def summarise(reports: list[dict]) -> dict:
+    ops = [r["ops_per_second"] for r in reports]
+
+    def med(field: str, part: str = "all") -> float:
+        return statistics.median(r["latency"][part][field] for r in reports)
+
+    return {
+        "runs": len(reports),
+        "ops_per_second": {
+            "median": statistics.median(ops),
+            "min": min(ops),
+            "max": max(ops),
+            "all": ops,
+        },
+        "latency_us": {
+            "p50": med("p50_us"),
+            "p90": med("p90_us"),
+            "p99": med("p99_us"),
+            "p999": med("p999_us"),
+            "max": max(r["latency"]["all"]["max_us"] for r in reports),
+        },
+        "get_p99_us": med("p99_us", "get") if any(r["latency"]["get"]["count"] for r in reports) else None,
+        "set_p99_us": med("p99_us", "set") if any(r["latency"]["set"]["count"] for r in reports) else None,
+        "errors": sum(r["errors"] for r in reports),
+        "failed_connections": sum(r["failed_connections"] for r in reports),
+        "misses": sum(r["misses"] for r in reports),
+        "first_failure": next((r["first_failure"] for r in reports if r.get("first_failure")), None),
+    }
+
+
+def fmt_ops(x: float) -> str:
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_us(x: float) -> str:
+    if x >= 10000:
+        return f"{x / 1000:.0f} ms"
+    if x >= 1000:
+        return f"{x / 1000:.1f} ms"
+    return f"{x:.0f} µs"
+
+
+def cell_title(workload: str, conns: int, pipeline: int) -> str:
+    return f"{WORKLOAD_NAMES.get(workload, workload)}, {conns} connections, pipeline {pipeline}"
+
+
+def cell_id(workload: str, conns: int, pipeline: int) -> str:
+    return f"{workload}-c{conns}-p{pipeline}"
+
+
+# ----------------------------------------------------------------- charts
+COLORS = {
+    "memcached": "#4c78a8",
+    "redis-none": "#f58518",
+    "redis-everysec": "#e45756",
+    "redis-always": "#b22222",
+    "larder-none": "#54a24b",
+    "larder-everysec": "#2e7d32",
+    "larder-always": "#1b4d1e",
+}
+
+
+def chart_svg(title: str, rows: list[dict]) -> str:
+    """Two panels: throughput (median bar, min-max whisker, ratio label) and
+    latency (p99 bar with p50 and p99.9 marks)."""
+    bar_h, gap, top, left_label = 22, 10, 56, 120
+    panel_w, panel_gap, right_pad = 330, 150, 110
+    height = top + len(rows) * (bar_h + gap) + 40
+    width = left_label + panel_w + panel_gap + panel_w + right_pad
+    max_ops = max((r["ops_max"] for r in rows), default=1) or 1
+    max_lat = max((r["p999"] for r in rows), default=1) or 1
+    x1 = left_label
+    x2 = left_label + panel_w + panel_gap
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="bold">{escape(title)}</text>',
+        f'<text x="{x1}" y="42" font-weight="bold">ops/s (median, whisker min-max, ratio to memcached)</text>',
+        f'<text x="{x2}" y="42" font-weight="bold">latency: bar p99, | p50, ◆ p99.9 (log scale)</text>',
+    ]
+    # Latency on a log scale from 10 µs (or less) up to the largest p99.9.
+    import math
+
+    lo = min([10.0] + [max(r["p50"], 1.0) for r in rows])
+    hi = max(max_lat, lo * 10)
+    llo, lhi = math.log10(lo), math.log10(hi)
+
+    def lat_x(v: float) -> float:
+        v = max(v, lo)
+        return x2 + (math.log10(v) - llo) / (lhi - llo) * panel_w
+
+    for i, r in enumerate(rows):
+        y = top + i * (bar_h + gap)
+        color = COLORS.get(r["server"], "#888")
+        out.append(
+            f'<text x="{x1 - 6}" y="{y + bar_h * 0.7}" text-anchor="end">{escape(r["server"])}</text>'
+        )
+        w = r["ops"] / max_ops * panel_w
+        out.append(f'<rect x="{x1}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{color}"/>')
+        wmin = r["ops_min"] / max_ops * panel_w
+        wmax = r["ops_max"] / max_ops * panel_w
+        cy = y + bar_h / 2
+        out.append(
+            f'<line x1="{x1 + wmin:.1f}" y1="{cy}" x2="{x1 + wmax:.1f}" y2="{cy}" stroke="black"/>'
+            f'<line x1="{x1 + wmin:.1f}" y1="{y + 5}" x2="{x1 + wmin:.1f}" y2="{y + bar_h - 5}" stroke="black"/>'
+            f'<line x1="{x1 + wmax:.1f}" y1="{y + 5}" x2="{x1 + wmax:.1f}" y2="{y + bar_h - 5}" stroke="black"/>'
+        )
+        ratio = f" ({r['ratio']:.2f}x)" if r["ratio"] is not None else ""
+        out.append(
+            f'<text x="{x1 + max(w, wmax) + 4:.1f}" y="{y + bar_h * 0.7}">{fmt_ops(r["ops"])}{ratio}</text>'
+        )
+        # latency panel
+        out.append(
+            f'<rect x="{x2}" y="{y}" width="{lat_x(r["p99"]) - x2:.1f}" height="{bar_h}" fill="{color}" opacity="0.8"/>'
+        )
+        px = lat_x(r["p50"])
+        out.append(f'<line x1="{px:.1f}" y1="{y}" x2="{px:.1f}" y2="{y + bar_h}" stroke="black" stroke-width="2"/>')
+        qx = lat_x(r["p999"])
+        out.append(
+            f'<path d="M{qx:.1f},{cy - 5} L{qx + 5:.1f},{cy} L{qx:.1f},{cy + 5} L{qx - 5:.1f},{cy} Z" fill="black"/>'
+        )
+        out.append(
+            f'<text x="{x2 + panel_w + 14}" y="{y + bar_h * 0.7}">p99 {escape(fmt_us(r["p99"]))}</text>'
+        )
+    # latency axis ticks at powers of ten
+    axis_y = top + len(rows) * (bar_h + gap) + 4
+    out.append(f'<line x1="{x2}" y1="{axis_y}" x2="{x2 + panel_w}" y2="{axis_y}" stroke="#444"/>')
+    for e in range(math.floor(llo), math.ceil(lhi) + 1):
+        v = 10.0**e
+        if v < lo * 0.999 or v > hi * 1.001:
+            continue
+        x = lat_x(v)
+        out.append(f'<line x1="{x:.1f}" y1="{axis_y}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#444"/>')
+        out.append(f'<text x="{x:.1f}" y="{axis_y + 16}" text-anchor="middle" font-size="10">{escape(fmt_us(v))}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- targets
+def target_checks(cells: dict) -> list[dict]:
+    """The issue's throughput/latency targets that these cells can speak to."""
+    checks = []
+
+    def get(key, server):
+        return cells.get(key, {}).get(server)
+
+    for key in sorted(cells, key=cell_sort):
+        workload, conns, pipeline = key
+        base = get(key, BASELINE)
+        if base is None:
+            continue
+        bops = base["ops_per_second"]["median"]
+        where = f"{workload}, {conns} conns, P{pipeline}"
+        if workload == "get":
+            # Gets do not depend on the durability mode; judge the default.
+            for server in ("larder-everysec",):
+                s = get(key, server)
+                if s is None:
+                    continue
+                ratio = s["ops_per_second"]["median"] / bops
+                p99r = s["latency_us"]["p99"] / base["latency_us"]["p99"] if base["latency_us"]["p99"] else None
+                checks.append({
+                    "target": "gets >= 1.0x memcached ops/s, p99 <= 1.2x",
+                    "cell": where, "server": server,
+                    "value": f"{ratio:.2f}x ops/s, p99 {p99r:.2f}x" if p99r is not None else f"{ratio:.2f}x ops/s",
+                    "met": ratio >= 1.0 and (p99r is None or p99r <= 1.2),
+                })
+        if workload == "set":
+            s = get(key, "larder-everysec")
+            if s is not None:
+                ratio = s["ops_per_second"]["median"] / bops
+                checks.append({
+                    "target": "sets with everysec >= 0.9x memcached",
+                    "cell": where, "server": "larder-everysec",
+                    "value": f"{ratio:.2f}x", "met": ratio >= 0.9,
+                })
+            s = get(key, "larder-always")
+            r = get(key, "redis-always")
+            if s is not None:
+                ratio = s["ops_per_second"]["median"] / bops
+                ahead = r is None or s["ops_per_second"]["median"] > r["ops_per_second"]["median"]
+                vs = ""
+                if r is not None:
+                    vs = f", {s['ops_per_second']['median'] / r['ops_per_second']['median']:.2f}x redis-always"
+                checks.append({
+                    "target": "sets with always >= 0.5x memcached and ahead of Redis AOF always"
+                    + ("" if conns == 500 else " (target is at 500 conns; shown as an indication)"),
+                    "cell": where, "server": "larder-always",
+                    "value": f"{ratio:.2f}x memcached{vs}", "met": ratio >= 0.5 and ahead,
+                })
+    return checks
+
+
+def cell_sort(key):
+    workload, conns, pipeline = key
+    w = WORKLOAD_ORDER.index(workload) if workload in WORKLOAD_ORDER else 99
+    return (w, conns, pipeline)
+
+
+# ------------------------------------------------------------------- main
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--line":
+        # One run's summary, for compare.sh's progress log.
+        with open(sys.argv[2]) as f:
+            r = json.load(f)
+        print(
+            f"{r['ops_per_second']:.0f} ops/s, p50 {r['latency']['all']['p50_us']:.0f} us, "
+            f"p99 {r['latency']['all']['p99_us']:.0f} us, errors {r['errors']}, "
+            f"failed conns {r['failed_connections']}"
+        )
+        return 0
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results_dir = Path(sys.argv[1])
+    raw = results_dir / "raw"
+    if not raw.is_dir():
+        print(f"no raw results in {raw}", file=sys.stderr)
+        return 1
+    machine = read_machine(results_dir)
+    runs, failures = load_runs(raw)
+
+    cells: dict = {}
+    for key, by_server in runs.items():
+        cells[key] = {server: summarise(reports) for server, reports in by_server.items()}
+    for key, cell in cells.items():
+        base = cell.get(BASELINE)
+        for server, s in cell.items():
+            s["ratio_to_memcached"] = (
+                s["ops_per_second"]["median"] / base["ops_per_second"]["median"]
+                if base and base["ops_per_second"]["median"] else None
+            )
+            s["p99_ratio_to_memcached"] = (
+                s["latency_us"]["p99"] / base["latency_us"]["p99"]
+                if base and base["latency_us"]["p99"] else None
+            )
+
+    disk = {}
+    for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
+        sizes = [int(p.read_text().strip()) for p in sorted(server_dir.glob("disk-kib-round*.txt"))]
+        if sizes:
+            disk[server_dir.name] = sizes
+
+    checks = target_checks(cells)
+    ordered_keys = sorted(set(cells) | set(failures), key=cell_sort)
+
+    # results.json
+    doc = {
+        "machine": machine,
+        "cells": [
+            {
+                "id": cell_id(*key),
+                "workload": key[0],
+                "connections": key[1],
+                "pipeline": key[2],
+                "servers": {server: cells.get(key, {})[server] for server in order_servers(cells.get(key, {}))},
+                "failed_runs": failures.get(key, {}),
+            }
+            for key in ordered_keys
+        ],
+        "data_dir_kib_after_round": disk,
+        "targets": checks,
+    }
+    (results_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+    # charts
+    charts = results_dir / "charts"
+    charts.mkdir(exist_ok=True)
+    for key in ordered_keys:
+        cell = cells.get(key, {})
+        rows = []
+        for server in order_servers(cell):
+            s = cell[server]
+            rows.append({
+                "server": server,
+                "ops": s["ops_per_second"]["median"],
+                "ops_min": s["ops_per_second"]["min"],
+                "ops_max": s["ops_per_second"]["max"],
+                "ratio": s["ratio_to_memcached"],
+                "p50": s["latency_us"]["p50"],
+                "p99": s["latency_us"]["p99"],
+                "p999": s["latency_us"]["p999"],
+            })
+        if rows:
+            (charts / f"{cell_id(*key)}.svg").write_text(chart_svg(cell_title(*key), rows))
+
+    # results.md
+    md = [f"# Comparison results ({machine.get('date', 'undated')})", ""]
+    md.append("Machine and settings:")
+    md.append("")
+    for k, v in machine.items():
+        md.append(f"- {k}: `{v}`")
+    md += [
+        "",
+        "The load generator (`larder bench`) shares the machine's cores with the server under test, "
+        "so absolute figures are lower than on separate machines; compare ratios within this run. "
+        "ops/s: median of the runs, [min-max]; latency: median over runs of each percentile, "
+        "of all requests, measured from when each request was due.",
+        "",
+    ]
+    for key in ordered_keys:
+        cell = cells.get(key, {})
+        md.append(f"## {cell_title(*key)}")
+        md.append("")
+        md.append("| server | ops/s median [min-max] | vs memcached | p50 µs | p99 µs | p99.9 µs | runs | errors |")
+        md.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for server in order_servers(cell):
+            s = cell[server]
+            o = s["ops_per_second"]
+            ratio = f"{s['ratio_to_memcached']:.2f}x" if s["ratio_to_memcached"] is not None else "n/a"
+            lat = s["latency_us"]
+            errs = s["errors"] + s["failed_connections"]
+            err_text = str(s["errors"]) if not s["failed_connections"] else f"{s['errors']} (+{s['failed_connections']} dropped conns)"
+            md.append(
+                f"| {server} | {o['median']:,.0f} [{o['min']:,.0f}-{o['max']:,.0f}] | {ratio} | "
+                f"{lat['p50']:,.0f} | {lat['p99']:,.0f} | {lat['p999']:,.0f} | {s['runs']} | {err_text if errs else 0} |"
+            )
+        for server, n in sorted(failures.get(key, {}).items()):
+            md.append(f"| {server} | failed ({n} runs) | | | | | | |")
+        md.append("")
+        if cell:
+            md.append(f"![{cell_title(*key)}](charts/{cell_id(*key)}.svg)")
+            md.append("")
+    if disk:
+        md += ["## Data directory size after each round (KiB)", "", "| server | per round |", "|---|---|"]
+        for server in order_servers(disk):
+            md.append(f"| {server} | {', '.join(f'{v:,}' for v in disk[server])} |")
+        md.append("")
+    md += ["## The issue's targets, as far as these cells show them", ""]
+    md.append("| target | cell | server | measured | met |")
+    md.append("|---|---|---|---|---|")
+    for c in checks:
+        md.append(f"| {c['target']} | {c['cell']} | {c['server']} | {c['value']} | {'yes' if c['met'] else '**no**'} |")
+    md.append("")
+    (results_dir / "results.md").write_text("\n".join(md))
+    print(f"wrote {results_dir / 'results.json'}, {results_dir / 'results.md'} and {len(list(charts.glob('*.svg')))} charts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
