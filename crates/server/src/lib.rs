@@ -87,9 +87,7 @@ impl Server {
                 .await
                 .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
         let addr = SocketAddr::new(config.listen, config.port);
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServerError::Listen { addr, source })?;
+        let listener = listen(addr).map_err(|source| ServerError::Listen { addr, source })?;
         let shared = Arc::new(Shared {
             engine: Arc::new(engine),
             stats: stats::ServerStats::default(),
@@ -147,6 +145,19 @@ impl Server {
     pub fn engine(&self) -> Arc<larder_engine::Engine> {
         Arc::clone(&self.shared.engine)
     }
+}
+
+/// Opens the listening socket with a backlog deep enough for a burst of
+/// thousands of connections (the kernel caps it at `net.core.somaxconn`).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(limits::LISTEN_BACKLOG)
 }
 
 fn accept(

@@ -11,6 +11,8 @@ use std::time::Duration;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Largest `-c` accepted.
 pub const CONNECTIONS_MAX_CEILING: usize = 1 << 20;
+/// Connections the kernel may queue before the server accepts them.
+pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.
 pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
 /// Replies buffered before the connection stops processing requests and
