@@ -295,6 +295,26 @@ impl Entry {
         if value.is_some() {
             bits |= BIT_CACHED;
         }
+        if let Some(value) = value.filter(|_| self.is_cached() && value_len == self.value_len()) {
+            // Same block size (an overwrite with a value of the same length,
+            // the common case): reuse the block instead of reallocating.
+            let key_len = self.key_len();
+            let head = self.head_mut();
+            head.cas = cas;
+            head.segment_id = segment_id;
+            head.offset = offset;
+            head.flags = flags;
+            head.exptime = exptime;
+            *head.bits.get_mut() = bits;
+            // SAFETY: the block holds HEAD_BYTES + key + value_len bytes
+            // (it is cached with the same value length), &mut self gives
+            // exclusive access, and `value` lies outside the block.
+            unsafe {
+                let target = self.block.as_ptr().cast::<u8>().add(HEAD_BYTES + key_len);
+                std::ptr::copy_nonoverlapping(value.as_ptr(), target, value.len());
+            }
+            return;
+        }
         let head = Head {
             cas,
             segment_id,
@@ -427,6 +447,19 @@ mod tests {
         assert_eq!(entry.key(), b"key");
         assert_eq!(entry.cached_value(), Some(&b"xy"[..]));
         assert!(entry.has(BIT_STALE));
+        // Same length: the block is reused; every field still changes.
+        entry.replace(Some(b"zw"), 10, 4, 120, 2, 6, 77, false);
+        assert_eq!(entry.key(), b"key");
+        assert_eq!(entry.cached_value(), Some(&b"zw"[..]));
+        assert_eq!(
+            (entry.cas(), entry.segment_id(), entry.offset()),
+            (10, 4, 120)
+        );
+        assert_eq!((entry.flags(), entry.exptime()), (6, 77));
+        assert!(!entry.has(BIT_STALE));
+        entry.replace(None, 11, 4, 160, 5, 0, 0, false);
+        assert_eq!(entry.cached_value(), None);
+        assert_eq!(entry.value_len(), 5);
     }
 
     #[test]
