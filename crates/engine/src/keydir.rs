@@ -48,6 +48,32 @@ struct Head {
     key_len: u16,
 }
 
+/// The persisted fields of a head: which put an entry describes.
+struct Location {
+    cas: u64,
+    segment_id: u32,
+    offset: u32,
+    value_len: u32,
+    flags: u32,
+    exptime: u32,
+}
+
+impl Location {
+    fn head(self, atime: u32, bits: u8, key_len: u16) -> Head {
+        Head {
+            cas: self.cas,
+            segment_id: self.segment_id,
+            offset: self.offset,
+            value_len: self.value_len,
+            flags: self.flags,
+            exptime: self.exptime,
+            atime: AtomicU32::new(atime),
+            bits: AtomicU8::new(bits),
+            key_len,
+        }
+    }
+}
+
 /// Bytes of the fixed part; the key starts here.
 const HEAD_BYTES: usize = std::mem::size_of::<Head>();
 const _: () = assert!(HEAD_BYTES == 40);
@@ -127,17 +153,16 @@ impl Entry {
         if let Some(value) = value {
             assert_eq!(value.len(), value_len as usize);
         }
-        let head = Head {
+        let bits = if value.is_some() { BIT_CACHED } else { 0 };
+        let location = Location {
             cas,
             segment_id,
             offset,
             value_len,
             flags,
             exptime,
-            atime: AtomicU32::new(now),
-            bits: AtomicU8::new(if value.is_some() { BIT_CACHED } else { 0 }),
-            key_len: key.len() as u16,
         };
+        let head = location.head(now, bits, key.len() as u16);
         Entry {
             block: allocate(head, key, value),
         }
@@ -315,17 +340,16 @@ impl Entry {
             }
             return;
         }
-        let head = Head {
+        let location = Location {
             cas,
             segment_id,
             offset,
             value_len,
             flags,
             exptime,
-            atime: AtomicU32::new(self.head().atime.load(Ordering::Relaxed)),
-            bits: AtomicU8::new(bits),
-            key_len: self.head().key_len,
         };
+        let atime = self.head().atime.load(Ordering::Relaxed);
+        let head = location.head(atime, bits, self.head().key_len);
         self.rebuild(head, value);
     }
 

@@ -33,6 +33,9 @@ pub struct ServerConfig {
     pub verbose: u8,
     /// Largest segment file, in bytes.
     pub segment_bytes_max: u32,
+    /// How long a partly received request may wait for its next bytes
+    /// before the connection is closed.
+    pub partial_request_timeout: std::time::Duration,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +51,7 @@ impl Default for ServerConfig {
             durability: Durability::EverySec,
             verbose: 0,
             segment_bytes_max: larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT,
+            partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
         }
     }
 }

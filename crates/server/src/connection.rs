@@ -7,9 +7,7 @@
 //! client that pipelines many large reads cannot make the server buffer
 //! without bound, and one that never reads its replies stops being read.
 
-use crate::limits::{
-    PARTIAL_REQUEST_TIMEOUT, READ_BUFFER_BYTES_INITIAL, WRITE_BUFFER_BYTES_SOFT_MAX, WRITE_TIMEOUT,
-};
+use crate::limits::{READ_BUFFER_BYTES_INITIAL, WRITE_BUFFER_BYTES_SOFT_MAX, WRITE_TIMEOUT};
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
 use larder_protocol::{parse, Parsed};
@@ -100,10 +98,11 @@ impl Connection {
             self.input.reserve(READ_BUFFER_BYTES_INITIAL);
         }
         let partial = !self.input.is_empty() || self.discard_bytes > 0;
+        let patience = self.session.shared.config.partial_request_timeout;
         let read = self.stream.read_buf(&mut self.input);
         tokio::select! {
             result = read => result.map_err(|_| End::Done),
-            () = tokio::time::sleep(PARTIAL_REQUEST_TIMEOUT), if partial => Err(End::TimedOut),
+            () = tokio::time::sleep(patience), if partial => Err(End::TimedOut),
             _ = shutdown.changed() => Ok(0),
         }
     }

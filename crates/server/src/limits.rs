@@ -20,7 +20,8 @@ pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
 /// server buffer more than about this plus one value).
 pub const WRITE_BUFFER_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
 /// How long a connection may hold a partly received request without
-/// sending more bytes before it is closed.
+/// sending more bytes before it is closed (the default of
+/// `ServerConfig::partial_request_timeout`).
 pub const PARTIAL_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long writing replies to a client that does not read may block before
 /// the connection is closed.
