@@ -260,6 +260,10 @@ def test_noreply_paths(larder):
         assert quiet.set("n", b"20") is True
         assert quiet.incr("n", 1, noreply=True) is None
         assert quiet.decr("n", 2, noreply=True) is None
+        # The noreply requests above travel on another connection: wait until
+        # the server has processed them (a reply on that connection comes
+        # after everything sent before it) before reading on this one.
+        quiet.version()
         value, cas = loud.gets("k")
         assert value == b"023"
         assert quiet.cas("k", b"via-cas", cas, noreply=True) is True
@@ -393,17 +397,20 @@ def test_unicode_keys_when_client_allows_them(larder):
 
 
 def test_expiry_touch_and_gat(client):
-    client.set("short", b"1", expire=1)
+    # Two seconds, not one: expiry counts whole seconds, so an item set to
+    # live 1 s may expire at once if a second boundary falls just after the
+    # set; with 2 s it lives at least 1 s and is gone after 2.2 s.
+    client.set("short", b"1", expire=2)
     client.set("long", b"2", expire=100)
     client.set("forever", b"3")
-    client.set("touched", b"4", expire=1)
-    client.set("gat", b"5", expire=1)
+    client.set("touched", b"4", expire=2)
+    client.set("gat", b"5", expire=2)
     client.set("shortened", b"6", expire=100)
     client.set("negative", b"7", expire=-1)  # expires at once
     assert client.get("negative") is None
     assert client.touch("touched", 100) is True
     assert _gat(client, "gat", 100) == b"5"
-    assert client.touch("shortened", 1) is True
+    assert client.touch("shortened", 2) is True
     assert client.get("short") == b"1"
     time.sleep(2.2)
     assert client.get("short") is None

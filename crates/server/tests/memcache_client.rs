@@ -205,8 +205,10 @@ fn items_set_with_a_ttl_expire_for_the_client() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), Durability::EverySec);
     let client = server.client();
-    client.set("short", "lived", 1).unwrap();
-    client.set("touched", "lived", 1).unwrap();
+    // Two seconds, not one: expiry counts whole seconds, so a 1 s item may
+    // expire at once if a second boundary falls right after the set.
+    client.set("short", "lived", 2).unwrap();
+    client.set("touched", "lived", 2).unwrap();
     assert!(client.touch("touched", 3600).unwrap());
     client.set("forever", "lived", 0).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(2200));
