@@ -32,7 +32,8 @@ pub enum KeyPatternArg {
 /// when each request was due: when it was sent in closed loop (the default),
 /// or its slot in a fixed schedule with --rate (open loop), so that a
 /// stalled server cannot hide its stalls. Prints a progress line to stderr
-/// every second and a summary (or JSON with --json) at the end.
+/// every second (with --interval, a line per interval instead) and a summary
+/// (or JSON with --json) at the end.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// Server address, host:port.
@@ -97,6 +98,12 @@ pub struct BenchArgs {
     /// Seed for the random choices [default: random, shown in the report].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Report every interval of this length of the measured phase (10s, 1m):
+    /// requests, ops/s and latency p50/p99/max of the replies in it. Prints
+    /// a line per interval on stderr instead of the per-second progress
+    /// line, and adds `intervals` to the report.
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -151,6 +158,7 @@ impl BenchArgs {
             rate: self.rate,
             timeout: self.timeout,
             seed: self.seed,
+            interval: self.interval,
             progress: !self.quiet,
         })
     }
@@ -273,5 +281,14 @@ mod tests {
         assert_eq!(options.protocol, Protocol::Redis);
         assert_eq!(options.pipeline, 8);
         assert_eq!(options.rate, Some(1000));
+        assert_eq!(options.interval, None);
+    }
+
+    #[test]
+    fn interval_reaches_the_options() {
+        let options = parsed(&["--interval", "10s", "-d", "10m"]).unwrap();
+        options.validate().unwrap();
+        assert_eq!(options.interval, Some(Duration::from_secs(10)));
+        assert_eq!(options.duration, Some(Duration::from_secs(600)));
     }
 }

@@ -13,13 +13,15 @@
 //!      ├─ preload: one task per connection writes its slice of the keys
 //!      ├─ measure: one task per connection = writer ∥ reader (connection.rs)
 //!      │     shared: Recorder (sharded histograms), Live counters
-//!      └─ progress task: a line on stderr each second
+//!      ├─ progress task: a line on stderr each second, or
+//!      └─ interval task (--interval): a line on stderr per interval
 //! ```
 //!
 //! Modules: [`options`] and [`args`] say what to run, [`limits`] bounds it;
 //! `keys`, `zipf` and `workload` choose requests, `request` encodes them,
 //! [`reply`] parses answers (pure functions); `connection` and `run` drive
-//! the sockets; `stats` collects and [`report`] presents.
+//! the sockets; `stats` collects, `intervals` cuts the measured phase into
+//! intervals, and [`report`] presents.
 //!
 //! This crate depends on `larder-protocol` only for memcached's key limit:
 //! it is a client, and must work against any server.
@@ -27,6 +29,7 @@
 mod args;
 mod connection;
 mod error;
+mod intervals;
 mod keys;
 pub mod limits;
 mod options;
@@ -44,6 +47,8 @@ pub use options::{
     parse_duration, parse_ratio, parse_value_size, BenchOptions, KeyPattern, Ratio, ValueSize,
     ZIPF_SKEW_MAX,
 };
-pub use report::{LatencyReport, LatencySummary, PreloadReport, Report, RunSettings};
+pub use report::{
+    IntervalReport, LatencyReport, LatencySummary, PreloadReport, Report, RunSettings,
+};
 pub use request::Protocol;
 pub use run::run;

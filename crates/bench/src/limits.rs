@@ -40,6 +40,16 @@ pub const REPLY_LINE_BYTES_MAX: usize = 4096;
 /// Longest measured phase.
 pub const DURATION_MAX: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Shortest reporting interval (`--interval`): shorter ones would mostly
+/// measure the client's timer and the reader's batching.
+pub const INTERVAL_MIN: Duration = Duration::from_millis(100);
+
+/// Most intervals one run may report. The run's longest possible measured
+/// phase (its duration, or [`DURATION_MAX`] with only a request count)
+/// divided by the interval must not exceed it, so the list of interval
+/// reports is bounded before the run starts.
+pub const INTERVALS_MAX: u64 = 100_000;
+
 /// Longest warm-up.
 pub const WARMUP_MAX: Duration = Duration::from_secs(60 * 60);
 

@@ -7,8 +7,9 @@
 
 use crate::error::BenchError;
 use crate::limits::{
-    CONNECTIONS_MAX, DURATION_MAX, KEY_COUNT_MAX, KEY_PREFIX_BYTES_MAX, PIPELINE_MAX, RATE_MAX,
-    REQUESTS_MAX, THREADS_MAX, TIMEOUT_MAX, VALUE_BYTES_MAX, WARMUP_MAX,
+    CONNECTIONS_MAX, DURATION_MAX, INTERVALS_MAX, INTERVAL_MIN, KEY_COUNT_MAX,
+    KEY_PREFIX_BYTES_MAX, PIPELINE_MAX, RATE_MAX, REQUESTS_MAX, THREADS_MAX, TIMEOUT_MAX,
+    VALUE_BYTES_MAX, WARMUP_MAX,
 };
 use crate::request::Protocol;
 use larder_protocol::KEY_BYTES_MAX;
@@ -99,7 +100,12 @@ pub struct BenchOptions {
     /// Seed of the per-connection random number generators; `None` picks one
     /// (reported, so a run can be repeated).
     pub seed: Option<u64>,
-    /// Print a progress line to stderr every second.
+    /// Cut the measured phase into intervals of this length and report
+    /// each one (requests, ops/s, latency percentiles); `None` reports only
+    /// the whole run.
+    pub interval: Option<Duration>,
+    /// Print a progress line to stderr every second, or with `interval` a
+    /// line per interval instead.
     pub progress: bool,
 }
 
@@ -126,6 +132,7 @@ impl Default for BenchOptions {
             rate: None,
             timeout: Duration::from_secs(10),
             seed: None,
+            interval: None,
             progress: true,
         }
     }
@@ -251,11 +258,34 @@ impl BenchOptions {
         if let Some(requests) = self.requests {
             check_range("requests", requests, 1, REQUESTS_MAX)?;
         }
+        if let Some(interval) = self.interval {
+            self.validate_interval(interval)?;
+        }
         if self.warmup > WARMUP_MAX {
             return Err(invalid(
                 "warmup",
                 format!("{:?} is more than {WARMUP_MAX:?}", self.warmup),
             ));
+        }
+        Ok(())
+    }
+
+    /// An interval must be long enough to hold replies, and the longest the
+    /// measured phase can last must not hold more than [`INTERVALS_MAX`].
+    fn validate_interval(&self, interval: Duration) -> Result<(), BenchError> {
+        if interval < INTERVAL_MIN || interval > DURATION_MAX {
+            return Err(invalid(
+                "interval",
+                format!("{interval:?} is not in [{INTERVAL_MIN:?}, {DURATION_MAX:?}]"),
+            ));
+        }
+        let longest = self.duration.unwrap_or(DURATION_MAX);
+        let intervals = longest.as_nanos().div_ceil(interval.as_nanos());
+        if intervals > u128::from(INTERVALS_MAX) {
+            let reason = format!(
+                "{interval:?} cuts a measured phase of up to {longest:?} into more than {INTERVALS_MAX} intervals; give a longer interval or a --duration"
+            );
+            return Err(invalid("interval", reason));
         }
         Ok(())
     }
@@ -435,6 +465,37 @@ mod tests {
             ..BenchOptions::default()
         };
         assert_eq!(refused(too_warm), "warmup");
+    }
+
+    #[test]
+    fn intervals_are_bounded_in_length_and_in_number() {
+        let with = |interval: Duration, duration: Option<Duration>| BenchOptions {
+            interval: Some(interval),
+            duration,
+            requests: Some(100),
+            ..BenchOptions::default()
+        };
+        with(Duration::from_secs(10), Some(Duration::from_secs(600)))
+            .validate()
+            .unwrap();
+        with(INTERVAL_MIN, Some(Duration::from_secs(60)))
+            .validate()
+            .unwrap();
+        assert_eq!(
+            refused(with(
+                Duration::from_millis(99),
+                Some(Duration::from_secs(60))
+            )),
+            "interval"
+        );
+        assert_eq!(
+            refused(with(DURATION_MAX * 2, Some(Duration::from_secs(60)))),
+            "interval"
+        );
+        // A request count alone may run for DURATION_MAX: too many 100 ms
+        // intervals, but one-second ones fit.
+        assert_eq!(refused(with(INTERVAL_MIN, None)), "interval");
+        with(Duration::from_secs(1), None).validate().unwrap();
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! when it was written in a closed-loop run, and its slot in the fixed
 //! schedule in an open-loop (`--rate`) run, so time a request spent waiting
 //! behind a stalled server counts against the server.
+//!
+//! With `--interval`, the report also holds one [`IntervalReport`] per
+//! interval of the measured phase, and each is printed as a line while the
+//! run goes on (its `Display`).
 
 use crate::stats::Latencies;
 use hdrhistogram::Histogram;
@@ -62,6 +66,44 @@ impl LatencyReport {
     }
 }
 
+/// One interval of the measured phase: the measured requests whose replies
+/// were recorded in it, and their latencies (from when each was due, like
+/// the run's). Intervals tile the measured phase: each starts where the
+/// previous one ended, the first at the end of the warm-up, and the last
+/// ends at the last reply (or at the stop time, if that is later).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IntervalReport {
+    /// Position in the run, from 0.
+    pub index: u64,
+    /// Seconds from the end of the warm-up to the interval's start and end.
+    pub start_seconds: f64,
+    pub end_seconds: f64,
+    /// Measured requests completed in the interval.
+    pub requests: u64,
+    /// `requests` over the interval's length; 0 for an interval of no length.
+    pub ops_per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl fmt::Display for IntervalReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[interval {:>4}] {:>7.1} s to {:>7.1} s {:>10} ops {:>10.0} ops/s  p50 {:>9.1} us  p99 {:>9.1} us  max {:>10.1} us",
+            self.index,
+            self.start_seconds,
+            self.end_seconds,
+            self.requests,
+            self.ops_per_second,
+            self.p50_us,
+            self.p99_us,
+            self.max_us
+        )
+    }
+}
+
 /// What the preload phase did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct PreloadReport {
@@ -91,6 +133,9 @@ pub struct RunSettings {
     /// Open-loop target rate, requests per second; `None` for closed loop.
     pub rate: Option<u64>,
     pub seed: u64,
+    /// Length of the reporting intervals (`--interval`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<f64>,
 }
 
 /// The result of a run. Counts cover requests due after the warm-up.
@@ -120,6 +165,9 @@ pub struct Report {
     pub send_lag_mean_us: f64,
     pub send_lag_max_us: f64,
     pub latency: LatencyReport,
+    /// Per-interval figures, in order (`--interval`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intervals: Option<Vec<IntervalReport>>,
 }
 
 impl fmt::Display for Report {
@@ -209,8 +257,34 @@ impl fmt::Display for Report {
                 summary.count
             )?;
         }
+        if let Some(intervals) = &self.intervals {
+            write_intervals(f, intervals)?;
+        }
         Ok(())
     }
+}
+
+fn write_intervals(f: &mut fmt::Formatter<'_>, intervals: &[IntervalReport]) -> fmt::Result {
+    writeln!(f)?;
+    writeln!(
+        f,
+        "intervals   {:>15} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "seconds", "requests", "ops/s", "p50 us", "p99 us", "max us"
+    )?;
+    for interval in intervals {
+        let span = format!("{:.1}-{:.1}", interval.start_seconds, interval.end_seconds);
+        writeln!(
+            f,
+            "{:<11} {span:>15} {:>10} {:>10.0} {:>10.1} {:>10.1} {:>10.1}",
+            interval.index,
+            interval.requests,
+            interval.ops_per_second,
+            interval.p50_us,
+            interval.p99_us,
+            interval.max_us
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

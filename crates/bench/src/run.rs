@@ -11,10 +11,11 @@
 
 use crate::connection::{self, Connection, MeasureOutcome, Plan, PreloadOutcome};
 use crate::error::BenchError;
+use crate::intervals::{interval_loop, IntervalLog};
 use crate::keys::{KeyFile, KeySpace};
 use crate::limits::{DURATION_MAX, HISTOGRAM_SHARDS_PER_THREAD};
 use crate::options::{BenchOptions, KeyPattern};
-use crate::report::{LatencyReport, PreloadReport, Report, RunSettings};
+use crate::report::{IntervalReport, LatencyReport, PreloadReport, Report, RunSettings};
 use crate::stats::{Recorder, Tally};
 use crate::workload::Shared;
 use std::net::SocketAddr;
@@ -22,6 +23,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 /// Most histogram shards, whatever the thread count: enough to keep lock
 /// contention negligible, few enough to keep their memory small.
@@ -60,7 +63,7 @@ async fn drive(options: BenchOptions, keys: KeySpace) -> Result<Report, BenchErr
     let seed = options.seed.unwrap_or_else(rand::random);
     let connections = options.connections();
     let shards = (options.threads * HISTOGRAM_SHARDS_PER_THREAD).clamp(1, HISTOGRAM_SHARDS_MAX);
-    let recorder = Recorder::new(shards.min(connections))?;
+    let recorder = Recorder::new(shards.min(connections), options.interval.is_some())?;
     let shared = Arc::new(Shared::new(&options, keys, seed, recorder));
     let streams = connect_all(&options.target, connections, options.timeout).await?;
     let mut open: Vec<Connection> = streams
@@ -85,17 +88,72 @@ async fn drive(options: BenchOptions, keys: KeySpace) -> Result<Report, BenchErr
         timeout: options.timeout,
         rate: options.rate,
     };
-    let progress = options
-        .progress
+    let progress = (options.progress && options.interval.is_none())
         .then(|| tokio::spawn(progress_loop(Arc::clone(&shared), plan)));
+    let intervals = options
+        .interval
+        .map(|length| spawn_intervals(&shared, &plan, length, options.progress));
     let outcomes = measure_all(open, &shared, plan, options.requests).await;
     if let Some(progress) = progress {
         progress.abort();
     }
+    let intervals = match intervals {
+        Some(task) => {
+            let last_reply = outcomes
+                .iter()
+                .filter_map(|outcome| outcome.last_reply)
+                .max();
+            Some(finish_intervals(&shared, task, last_reply, options.progress).await?)
+        }
+        None => None,
+    };
     let latency = LatencyReport::from_latencies(&shared.recorder.merged()?);
-    Ok(build_report(
-        &options, &shared, &plan, preload, outcomes, latency,
-    ))
+    let mut report = build_report(&options, &shared, &plan, preload, outcomes, latency);
+    report.intervals = intervals;
+    Ok(report)
+}
+
+/// The interval task of a run and the sender that tells it the run is over.
+type IntervalTask = (
+    oneshot::Sender<()>,
+    JoinHandle<Result<IntervalLog, BenchError>>,
+);
+
+fn spawn_intervals(
+    shared: &Arc<Shared>,
+    plan: &Plan,
+    length: Duration,
+    print: bool,
+) -> IntervalTask {
+    let log = IntervalLog::new(plan.measure_start, plan.stop, length);
+    let (done, done_receiver) = oneshot::channel();
+    let task = tokio::spawn(interval_loop(Arc::clone(shared), log, print, done_receiver));
+    (done, task)
+}
+
+/// Stops the interval task, waits for it to hand back its log (so that no
+/// boundary is being closed concurrently), and closes the last interval
+/// with whatever was recorded since the last boundary.
+async fn finish_intervals(
+    shared: &Shared,
+    (done, task): IntervalTask,
+    last_reply: Option<Instant>,
+    print: bool,
+) -> Result<Vec<IntervalReport>, BenchError> {
+    // The task may already be waiting on `done` or past it; either way it
+    // returns, so a failed send needs no handling.
+    let _ = done.send(());
+    let mut log = match task.await {
+        Ok(result) => result?,
+        // The task is never aborted, so this is a panic: our bug, re-raised.
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    };
+    let latencies = shared.recorder.take_interval()?;
+    let last = log.close_last(Instant::now(), last_reply, &latencies);
+    if print {
+        eprintln!("{last}");
+    }
+    Ok(log.into_reports())
 }
 
 async fn connect_all(
@@ -301,6 +359,7 @@ fn build_report(
         send_lag_mean_us: tally.send_lag_ns_total as f64 / tally.requests().max(1) as f64 / 1000.0,
         send_lag_max_us: tally.send_lag_ns_max as f64 / 1000.0,
         latency,
+        intervals: None,
     }
 }
 
@@ -326,5 +385,6 @@ fn settings(options: &BenchOptions, shared: &Shared) -> RunSettings {
         warmup_seconds: options.warmup.as_secs_f64(),
         rate: options.rate,
         seed: shared.seed,
+        interval_seconds: options.interval.map(|length| length.as_secs_f64()),
     }
 }

@@ -5,9 +5,13 @@
 //! cost hundreds of kilobytes times thousands of connections, so the
 //! [`Recorder`] keeps a few shards per worker thread, each behind its own
 //! mutex, and a connection locks its shard once per batch of replies, not
-//! once per reply. Counts a progress line needs live in [`Live`] (atomics,
-//! relaxed: they are only displayed). Each connection keeps its own
-//! [`Tally`] of measured outcomes and returns it when it ends.
+//! once per reply. With `--interval`, each shard also keeps a histogram of
+//! the current interval, recorded under the same lock, which the interval
+//! task takes and resets with [`Recorder::take_interval`]; a latency lands in
+//! the interval in which its reply was recorded. Counts a progress line
+//! needs live in [`Live`] (atomics, relaxed: they are only displayed). Each
+//! connection keeps its own [`Tally`] of measured outcomes and returns it
+//! when it ends.
 
 use crate::error::BenchError;
 use crate::limits::LATENCY_NS_MAX;
@@ -66,17 +70,31 @@ impl Latencies {
     }
 }
 
+/// One shard: latencies of the whole run, and of the current interval when
+/// the run reports intervals.
+struct Shard {
+    run: Latencies,
+    interval: Option<Histogram<u64>>,
+}
+
 /// Sharded latency histograms shared by all connections.
 pub struct Recorder {
-    shards: Vec<Mutex<Latencies>>,
+    shards: Vec<Mutex<Shard>>,
 }
 
 impl Recorder {
-    /// A recorder with `shards` shards (at least one).
-    pub fn new(shards: usize) -> Result<Self, BenchError> {
+    /// A recorder with `shards` shards (at least one); with `intervals`,
+    /// each shard also keeps a histogram for [`Recorder::take_interval`].
+    pub fn new(shards: usize, intervals: bool) -> Result<Self, BenchError> {
         let shards = (0..shards.max(1))
-            .map(|_| Latencies::new().map(Mutex::new))
-            .collect::<Result<_, _>>()?;
+            .map(|_| {
+                let interval = if intervals { Some(histogram()?) } else { None };
+                Ok(Mutex::new(Shard {
+                    run: Latencies::new()?,
+                    interval,
+                }))
+            })
+            .collect::<Result<_, BenchError>>()?;
         Ok(Recorder { shards })
     }
 
@@ -91,9 +109,13 @@ impl Recorder {
         };
         // A panic while holding the lock cannot leave a histogram half
         // updated in a way that matters for a report, so poison is ignored.
-        let mut latencies = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let Shard { run, interval } = &mut *shard;
         for &(op, latency_ns) in batch {
-            latencies.record(op, latency_ns);
+            run.record(op, latency_ns);
+            if let Some(interval) = interval.as_mut() {
+                record_one(interval, latency_ns.clamp(1, LATENCY_NS_MAX));
+            }
         }
     }
 
@@ -101,7 +123,25 @@ impl Recorder {
     pub fn merged(&self) -> Result<Latencies, BenchError> {
         let mut total = Latencies::new()?;
         for shard in &self.shards {
-            total.add(&shard.lock().unwrap_or_else(PoisonError::into_inner))?;
+            total.add(&shard.lock().unwrap_or_else(PoisonError::into_inner).run)?;
+        }
+        Ok(total)
+    }
+
+    /// The latencies recorded since the previous call (or since the start),
+    /// every shard merged; each shard's interval histogram is reset as it is
+    /// read, so every latency is returned by exactly one call. Empty when
+    /// the recorder was made without intervals.
+    pub fn take_interval(&self) -> Result<Histogram<u64>, BenchError> {
+        let mut total = histogram()?;
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(interval) = shard.interval.as_mut() {
+                total
+                    .add(&*interval)
+                    .map_err(|error| BenchError::Histogram(format!("{error:?}")))?;
+                interval.reset();
+            }
         }
         Ok(total)
     }
@@ -163,7 +203,7 @@ mod tests {
 
     #[test]
     fn shards_merge_into_one_histogram_per_op() {
-        let recorder = Recorder::new(3).unwrap();
+        let recorder = Recorder::new(3, false).unwrap();
         recorder.record(0, &[(Op::Get, 1_000), (Op::Set, 5_000)]);
         recorder.record(1, &[(Op::Get, 2_000)]);
         recorder.record(7, &[(Op::Get, 0), (Op::Set, u64::MAX)]);
@@ -173,5 +213,44 @@ mod tests {
         assert_eq!(merged.set.len(), 2);
         assert_eq!(merged.get.min(), 1, "zero is clamped to 1 ns");
         assert!(merged.set.max() >= LATENCY_NS_MAX / 1001 * 1000);
+    }
+
+    #[test]
+    fn each_latency_is_taken_in_exactly_one_interval() {
+        let recorder = Recorder::new(2, true).unwrap();
+        recorder.record(0, &[(Op::Get, 1_000), (Op::Set, 2_000)]);
+        recorder.record(1, &[(Op::Get, 3_000)]);
+        let first = recorder.take_interval().unwrap();
+        assert_eq!(first.len(), 3, "both shards are merged");
+        assert!(
+            first.max() / 10 == 300,
+            "the largest is 3 us: {}",
+            first.max()
+        );
+        assert!(
+            recorder.take_interval().unwrap().is_empty(),
+            "taking an interval resets it"
+        );
+        recorder.record(5, &[(Op::Set, 7_000_000)]);
+        let second = recorder.take_interval().unwrap();
+        assert_eq!(second.len(), 1);
+        assert!(
+            second.min() > 6_990_000,
+            "only the new latency: {}",
+            second.min()
+        );
+        assert_eq!(
+            recorder.merged().unwrap().all.len(),
+            4,
+            "the whole run keeps every latency"
+        );
+    }
+
+    #[test]
+    fn a_recorder_without_intervals_takes_empty_ones() {
+        let recorder = Recorder::new(1, false).unwrap();
+        recorder.record(0, &[(Op::Get, 1_000)]);
+        assert!(recorder.take_interval().unwrap().is_empty());
+        assert_eq!(recorder.merged().unwrap().all.len(), 1);
     }
 }

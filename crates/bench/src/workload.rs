@@ -137,7 +137,7 @@ mod tests {
         let keys = KeySpace::Range {
             count: options.key_count,
         };
-        Shared::new(options, keys, 5, Recorder::new(1).unwrap())
+        Shared::new(options, keys, 5, Recorder::new(1, false).unwrap())
     }
 
     #[test]
