@@ -108,6 +108,10 @@ struct ServeArgs {
     /// least once a second; none: leave syncing to the OS [default: everysec].
     #[arg(long)]
     durability: Option<String>,
+    /// How long a half-received request may wait for its next bytes before
+    /// the connection is closed, in milliseconds [default: 30000].
+    #[arg(long = "partial-request-timeout-ms", value_name = "MS")]
+    partial_request_timeout_ms: Option<u64>,
     /// A TOML file with the same settings (flags override it).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -134,6 +138,7 @@ impl ServeArgs {
             durability: self.durability,
             verbose: (self.verbose > 0).then_some(self.verbose),
             segment_bytes_max: None,
+            partial_request_timeout_ms: self.partial_request_timeout_ms,
         };
         flags.apply(&mut config)?;
         config.validate()?;

@@ -82,6 +82,8 @@ pub struct ConfigFile {
     pub verbose: Option<u8>,
     /// See [`ServerConfig::segment_bytes_max`].
     pub segment_bytes_max: Option<u32>,
+    /// See [`ServerConfig::partial_request_timeout`], in milliseconds.
+    pub partial_request_timeout_ms: Option<u64>,
 }
 
 /// A size setting: a number of bytes, or text like `"2m"`.
@@ -137,6 +139,9 @@ impl ConfigFile {
         }
         if let Some(dir) = self.data_dir {
             config.data_dir = dir;
+        }
+        if let Some(ms) = self.partial_request_timeout_ms {
+            config.partial_request_timeout = std::time::Duration::from_millis(ms);
         }
         if let Some(name) = self.durability {
             config.durability = parse_durability(&name)?;
@@ -202,6 +207,15 @@ impl ServerConfig {
             return Err(ConfigError(format!(
                 "threads {} is outside 1..=1024",
                 self.threads
+            )));
+        }
+        let timeout = limits::PARTIAL_REQUEST_TIMEOUT_MIN..=limits::PARTIAL_REQUEST_TIMEOUT_MAX;
+        if !timeout.contains(&self.partial_request_timeout) {
+            return Err(ConfigError(format!(
+                "partial request timeout {} ms is outside {}..={} ms",
+                self.partial_request_timeout.as_millis(),
+                timeout.start().as_millis(),
+                timeout.end().as_millis()
             )));
         }
         if (self.segment_bytes_max as usize) < self.max_item_size.min(64 << 20) {

@@ -23,6 +23,12 @@ pub const WRITE_BUFFER_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
 /// sending more bytes before it is closed (the default of
 /// `ServerConfig::partial_request_timeout`).
 pub const PARTIAL_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Shortest partial-request timeout accepted: below this an ordinary network
+/// stall would cut honest clients off mid-request.
+pub const PARTIAL_REQUEST_TIMEOUT_MIN: Duration = Duration::from_millis(100);
+/// Longest partial-request timeout accepted (an hour): beyond it a stalled
+/// client would hold its connection's buffers for good.
+pub const PARTIAL_REQUEST_TIMEOUT_MAX: Duration = Duration::from_secs(60 * 60);
 /// How long writing replies to a client that does not read may block before
 /// the connection is closed.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
