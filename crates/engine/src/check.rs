@@ -58,6 +58,7 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
     hint_ids.sort_unstable();
     let mut report = CheckReport::default();
     let mut newest_log = None;
+    let mut tails = Vec::new();
     for &id in &segment_ids {
         let path = join(dir, &segment::segment_name(id));
         let bytes = read_all(fs, &path)?;
@@ -74,16 +75,29 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
         if header.origin == Origin::Log {
             newest_log = Some(id);
         }
-        check_records(&path, &bytes, &mut report);
+        tails.push((id, path.clone(), check_records(&path, &bytes, &mut report)));
     }
-    // Damage at the very end of the newest log segment is a torn write.
-    if let Some(id) = newest_log {
-        let path = join(dir, &segment::segment_name(id));
-        if let Some(last) = report.damage.last() {
-            if last.file == path && last.reason.starts_with("truncated") {
-                report.torn_tail = Some((path, last.offset));
-                report.damage.pop();
+    for (id, path, tail) in tails {
+        let newest = Some(id) == newest_log;
+        match tail {
+            // The log's reserved blocks past its last record; only the
+            // active segment has them, sealing cuts them off.
+            Tail::Zeros(offset) if !newest => report.damage.push(damage(
+                &path,
+                offset,
+                None,
+                "zeros where records should be, up to the end of the sealed segment".into(),
+            )),
+            // Damage with nothing intact after it, at the end of the newest
+            // log segment, is a write a crash cut short: the next start cuts
+            // it off, losing only unacknowledged writes.
+            Tail::Damaged
+                if newest && report.damage.last().is_some_and(|last| last.file == path) =>
+            {
+                let last = report.damage.pop();
+                report.torn_tail = last.map(|last| (path, last.offset));
             }
+            _ => {}
         }
     }
     for &id in &hint_ids {
@@ -110,36 +124,68 @@ fn read_all(fs: &dyn Fs, path: &Path) -> Result<Vec<u8>> {
     crate::fs::read_all(fs, path).map_err(|e| Error::io(format!("reading {}", path.display()), e))
 }
 
+/// How a segment's records end.
+pub(crate) enum Tail {
+    /// With the last record.
+    Clean,
+    /// With zeros from this offset to the end of the file.
+    Zeros(u64),
+    /// With damage that no intact record follows.
+    Damaged,
+}
+
 /// Walks the records of one segment, reporting each damaged one and
 /// resuming at the next intact record.
-fn check_records(path: &Path, bytes: &[u8], report: &mut CheckReport) {
+fn check_records(path: &Path, bytes: &[u8], report: &mut CheckReport) -> Tail {
+    let mut damaged = Vec::new();
+    let mut records = 0;
+    let tail = walk_records(
+        bytes,
+        |_, _| records += 1,
+        |offset, key, reason| damaged.push(damage(path, offset, key.map(<[u8]>::to_vec), reason)),
+    );
+    report.records += records;
+    report.damage.extend(damaged);
+    tail
+}
+
+/// Walks the records of a segment file's bytes: `intact` gets each intact
+/// record (offset, bytes), `damaged` each damaged one (offset, key if its
+/// header is readable, what is wrong), and the walk resumes at the next
+/// intact record. Stops at a tail of zeros.
+pub(crate) fn walk_records(
+    bytes: &[u8],
+    mut intact: impl FnMut(u64, &[u8]),
+    mut damaged: impl FnMut(u64, Option<&[u8]>, String),
+) -> Tail {
     let mut offset = segment::HEADER_BYTES as usize;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
+        if rest.iter().all(|&byte| byte == 0) {
+            return Tail::Zeros(offset as u64);
+        }
         match record::decode(rest) {
             Ok(header) => {
-                report.records += 1;
-                offset += header.record_len() as usize;
+                let len = header.record_len() as usize;
+                intact(offset as u64, rest.get(..len).unwrap_or_default());
+                offset += len;
             }
             Err(error) => {
                 let key = record::decode_header(rest)
                     .ok()
-                    .and_then(|header| rest.get(header.key_range()))
-                    .map(<[u8]>::to_vec);
-                let truncated = matches!(error, DecodeError::Truncated { .. });
-                report
-                    .damage
-                    .push(damage(path, offset as u64, key, error.to_string()));
-                if truncated {
-                    return;
+                    .and_then(|header| rest.get(header.key_range()));
+                damaged(offset as u64, key, error.to_string());
+                if matches!(error, DecodeError::Truncated { .. }) {
+                    return Tail::Damaged;
                 }
                 match next_intact(bytes, offset + 1) {
                     Some(next) => offset = next,
-                    None => return,
+                    None => return Tail::Damaged,
                 }
             }
         }
     }
+    Tail::Clean
 }
 
 /// The first offset at or after `from` where an intact record starts.
@@ -207,6 +253,69 @@ mod tests {
         assert_eq!(report.damage[0].offset, first_damaged);
         assert_eq!(report.damage[0].key.as_deref(), Some(&b"key"[..]));
         assert_eq!(report.records, 8);
+    }
+
+    #[test]
+    fn the_reserved_zeros_of_the_newest_segment_are_neither_damage_nor_torn() {
+        let fs = MemFs::new();
+        let mut bytes = segment_with_records(3);
+        bytes.resize(bytes.len() + 4096, 0);
+        fs.write_file(Path::new("/d/0000000001.seg"), &bytes)
+            .unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert!(report.damage.is_empty(), "{:?}", report.damage);
+        assert!(report.torn_tail.is_none());
+        assert_eq!(report.records, 3);
+    }
+
+    #[test]
+    fn a_half_zeroed_last_record_of_the_newest_segment_is_a_torn_write() {
+        let fs = MemFs::new();
+        let mut bytes = segment_with_records(3);
+        let len = bytes.len();
+        bytes[len - 10..].fill(0);
+        bytes.resize(len + 4096, 0);
+        fs.write_file(Path::new("/d/0000000001.seg"), &bytes)
+            .unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert!(report.damage.is_empty(), "{:?}", report.damage);
+        let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
+        let torn_at = (len as u64) - record_len;
+        assert_eq!(
+            report.torn_tail,
+            Some((PathBuf::from("/d/0000000001.seg"), torn_at))
+        );
+        assert_eq!(report.records, 2);
+    }
+
+    #[test]
+    fn zeros_at_the_end_of_a_sealed_segment_are_damage() {
+        let fs = MemFs::new();
+        let mut bytes = segment_with_records(3);
+        let len = bytes.len();
+        bytes.resize(len + 100, 0);
+        fs.write_file(Path::new("/d/0000000001.seg"), &bytes)
+            .unwrap();
+        let newer = reencode_header(segment_with_records(1), 2);
+        fs.write_file(Path::new("/d/0000000002.seg"), &newer)
+            .unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].offset, len as u64);
+        assert!(report.torn_tail.is_none());
+    }
+
+    /// `bytes` with its segment header rewritten to name segment `id`.
+    fn reencode_header(mut bytes: Vec<u8>, id: u32) -> Vec<u8> {
+        let header = SegmentHeader {
+            origin: Origin::Log,
+            id,
+            seq_at_creation: 1,
+            flush_seq: 0,
+        };
+        let encoded = header.encode();
+        bytes[..encoded.len()].copy_from_slice(&encoded);
+        bytes
     }
 
     #[test]

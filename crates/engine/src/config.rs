@@ -75,6 +75,10 @@ pub struct Config {
     /// thread always runs). Tests that want full control over when compaction
     /// happens turn this off and call [`crate::Engine::compact_now`].
     pub background_threads: bool,
+    /// Open even when sealed segments are damaged: rewrite each with its
+    /// intact records only, keeping the original under `damaged/` (see
+    /// [`crate::salvage`]). Off by default: damage then fails the open.
+    pub salvage: bool,
 }
 
 impl Config {
@@ -95,6 +99,7 @@ impl Config {
             partitions: Self::PARTITIONS_DEFAULT,
             compaction_dead_ratio_min: 0.5,
             background_threads: true,
+            salvage: false,
         }
     }
 }

@@ -222,7 +222,7 @@ impl Engine {
         if self.inner.log.sync_failure().is_some() {
             return Ok(());
         }
-        self.inner.log.flush_and_sync()
+        self.inner.log.close()
     }
 }
 

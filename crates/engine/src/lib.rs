@@ -52,6 +52,7 @@ mod maintenance;
 mod ops;
 pub mod record;
 mod recovery;
+pub mod salvage;
 pub mod scan;
 pub mod segment;
 mod stats;

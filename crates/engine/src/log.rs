@@ -4,8 +4,16 @@
 //! Threads: any writer thread calls [`Log::append`] (with its partition lock
 //! held) and later [`Log::commit`]; one sync thread, started by the engine,
 //! runs [`Log::sync_loop`]. Appends go to an in-memory buffer under the log
-//! lock (O(record) work); the buffer is handed to the OS by whoever commits
-//! first, or by the sync thread, and `fdatasync`ed by the sync thread.
+//! lock (O(record) work) and are `fdatasync`ed by the sync thread.
+//!
+//! Handing records to the OS: the log reserves the active segment's blocks
+//! [`RESERVE_BYTES`] ahead ([`FsFile::allocate`](crate::fs::FsFile::allocate));
+//! an append inside the reserved part is copied to the file at once, through
+//! a shared mapping with no system call, so it survives `kill -9` before it
+//! is even committed. Where blocks cannot be reserved, the buffer is written
+//! with one `pwrite` by whoever commits first, or by the sync thread. The
+//! reserved tail of the active segment is zeros, which recovery tells apart
+//! from a torn write; sealing a segment cuts it off.
 //!
 //! Positions are log sequence numbers: `segment_id << 32 | offset`, so they
 //! grow across segments. Invariants: `synced <= written <= end` of the log.
@@ -38,6 +46,8 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// Past this many written but unsynced bytes, an append asks for a sync
 /// early, bounding what is kept for [`Log::heal`].
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
+/// How far ahead the active segment's blocks are reserved.
+const RESERVE_BYTES: u64 = 8 << 20;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -146,6 +156,11 @@ struct LogState {
     buffer: Vec<u8>,
     /// The last write-out error, cleared by the next successful one.
     write_error: Option<String>,
+    /// Bytes `[0, reserved)` of the active segment have blocks, and writes
+    /// there are cheap (see the module documentation).
+    reserved: u64,
+    /// Whether the active segment's file system can reserve blocks at all.
+    reservable: bool,
 }
 
 struct SyncState {
@@ -213,6 +228,8 @@ impl Log {
                 base: len,
                 buffer: Vec::new(),
                 write_error: None,
+                reserved: 0,
+                reservable: true,
             }),
             written_lsn: AtomicU64::new(position),
             synced_lsn: AtomicU64::new(position),
@@ -267,6 +284,10 @@ impl Log {
                 "a record of {len} bytes does not fit a segment (4 GiB at most)"
             )));
         }
+        if state.reservable && state.end + len > state.reserved {
+            let needed = state.end + len;
+            self.reserve(&mut state, needed);
+        }
         let before = state.buffer.len();
         encode(&mut state.buffer);
         assert_eq!((state.buffer.len() - before) as u64, len);
@@ -275,7 +296,7 @@ impl Log {
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
-        if state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
+        if state.end <= state.reserved || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
             // A failure here is retried by the next commit, which reports it.
             let _ = self.write_out(&mut state);
         }
@@ -285,6 +306,39 @@ impl Log {
             self.request_sync(wanted);
         }
         Ok((segment, offset, ticket))
+    }
+
+    /// Reserves the active segment's blocks up to at least `needed`, a whole
+    /// number of [`RESERVE_BYTES`] steps further where the segment allows.
+    /// A failure (say, a full disk) leaves the reservation as it was: the
+    /// write then goes out by `pwrite`, whose own error is the one reported.
+    fn reserve(&self, state: &mut LogState, needed: u64) {
+        let step_end = needed.div_ceil(RESERVE_BYTES) * RESERVE_BYTES;
+        let target = step_end.min(self.segment_bytes_max.max(needed));
+        match state.active.file.allocate(target) {
+            Ok(true) => state.reserved = target,
+            Ok(false) => state.reservable = false,
+            Err(error) => tracing::debug!(
+                %error,
+                file = %state.active.path.display(),
+                "could not reserve blocks ahead of the log"
+            ),
+        }
+    }
+
+    /// Cuts the reserved zeros off the end of the active segment.
+    fn release_reservation(&self, state: &mut LogState) -> Result<()> {
+        if state.reserved > state.end {
+            let segment = &state.active;
+            segment.file.set_len(state.end).map_err(|e| {
+                Error::io(
+                    format!("cutting the reserved tail of {}", segment.path.display()),
+                    e,
+                )
+            })?;
+        }
+        state.reserved = 0;
+        Ok(())
     }
 
     /// Asks the sync thread to sync up to `position` soon.
@@ -328,6 +382,7 @@ impl Log {
     /// are on disk. Once per segment, so cheap even for `None`.
     fn rotate(&self, state: &mut LogState) -> Result<()> {
         self.write_out(state)?;
+        self.release_reservation(state)?;
         let old = Arc::clone(&state.active);
         self.sync_file(&old)?;
         let header = self.next_segment_header();
@@ -340,6 +395,7 @@ impl Log {
         state.written = state.end;
         state.base = state.end;
         state.buffer.clear();
+        state.reservable = true;
         let start = lsn(state.active.id, state.end);
         self.written_lsn.fetch_max(start, Ordering::Release);
         if self.durability != Durability::None {
@@ -572,6 +628,17 @@ impl Log {
         Ok(())
     }
 
+    /// At a clean close: cuts the reserved zeros off the active segment and
+    /// syncs everything, so the directory holds exactly the records.
+    pub fn close(&self) -> Result<()> {
+        {
+            let mut state = self.state.lock();
+            self.write_out(&mut state)?;
+            self.release_reservation(&mut state)?;
+        }
+        self.flush_and_sync()
+    }
+
     /// Tries to resume writing after a failed sync. The failed sync may have
     /// lost any page written since the last good one, so: cut the active
     /// segment back to that point and sync it; write every record since then
@@ -617,6 +684,8 @@ impl Log {
         state.base = end;
         state.buffer.clear();
         state.write_error = None;
+        state.reserved = 0;
+        state.reservable = true;
         self.written_lsn
             .fetch_max(lsn(state.active.id, end), Ordering::Release);
         Ok(moved)

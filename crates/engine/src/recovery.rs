@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
-use crate::fs::{join, Fs};
+use crate::fs::{join, Fs, FsFile};
 use crate::hint;
 use crate::keydir::{Entry, Keydir, BIT_STALE};
 use crate::log::{create_segment, Log, Segments};
@@ -157,7 +157,11 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         }
     })?;
     let mut report = RecoveryReport::default();
-    let (segment_ids, hint_ids) = list_files(&*fs, &dir)?;
+    let (mut segment_ids, mut hint_ids) = list_files(&*fs, &dir)?;
+    if config.salvage {
+        crate::salvage::salvage(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
+        (segment_ids, hint_ids) = list_files(&*fs, &dir)?;
+    }
     let mut opened = open_segments(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
     let active_id = opened
         .iter()
@@ -434,6 +438,18 @@ fn load_segment(
     visited?;
     match end {
         ScanEnd::Clean => Ok(len),
+        ScanEnd::Damaged { offset, .. }
+            if is_active && zeros_only(&*segment.file, offset, len).map_err(io_error)? =>
+        {
+            // The log's reserved blocks past its last record: not a torn
+            // write. Cut them off; the log reserves afresh.
+            segment
+                .file
+                .set_len(offset)
+                .and_then(|()| segment.file.sync_data())
+                .map_err(|e| Error::io(format!("truncating {}", segment.path.display()), e))?;
+            Ok(offset)
+        }
         ScanEnd::Damaged { offset, error } if is_active => {
             tracing::warn!(
                 file = %segment.path.display(),
@@ -458,6 +474,22 @@ fn load_segment(
             reason: error.to_string(),
         }),
     }
+}
+
+/// Whether bytes `[from, to)` of `file` are all zero.
+fn zeros_only(file: &dyn FsFile, from: u64, to: u64) -> std::io::Result<bool> {
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let count = (to - at).min(chunk.len() as u64) as usize;
+        let part = chunk.get_mut(..count).unwrap_or_default();
+        file.read_exact_at(part, at)?;
+        if part.iter().any(|&byte| byte != 0) {
+            return Ok(false);
+        }
+        at += count as u64;
+    }
+    Ok(true)
 }
 
 /// The seq a touch record's value names (0 for other kinds).

@@ -90,6 +90,11 @@ pub struct RecoveryReport {
     pub truncated_reason: Option<String>,
     /// Unfinished compaction outputs removed.
     pub abandoned_compactions: u64,
+    /// Damaged sealed segments rewritten by salvage (only when asked for,
+    /// see [`crate::Config::salvage`]).
+    pub salvaged_segments: u64,
+    /// Damaged records salvage skipped.
+    pub salvaged_records_skipped: u64,
     /// Time it took.
     pub duration: Duration,
 }

@@ -110,8 +110,10 @@ fn a_failed_write_is_retried_by_the_next_commit() {
     let config = config(Durability::Always);
     let engine = open(&fs, &config, &clock);
     acknowledged(&engine, 0..5);
-    fs.inject_nth(FaultKind::Eio, 1);
+    // Both the append's own write-out and the commit's retry fail.
+    fs.inject(FaultKind::Eio);
     let error = store_and_commit(&engine, b"retried", b"r").unwrap_err();
+    fs.clear_faults();
     assert!(error.is_temporary(), "{error}");
     // A write error is not a sync error: the next commit writes both.
     set(&engine, b"next", b"n");

@@ -210,11 +210,12 @@ fn a_torn_power_cut_of_unsynced_writes_is_cut_and_reported() {
     assert!(reported > 20, "only {reported} of 40 cuts tore a record");
 }
 
-/// The offsets of the records in a segment file's bytes.
+/// The offsets of the records in a segment file's bytes (up to the zeros
+/// of a reserved tail).
 fn record_offsets(bytes: &[u8]) -> Vec<u64> {
     let mut offsets = Vec::new();
     let mut at = segment::HEADER_BYTES as usize;
-    while at < bytes.len() {
+    while bytes[at..].iter().any(|&byte| byte != 0) {
         offsets.push(at as u64);
         at += record::decode(&bytes[at..]).unwrap().record_len() as usize;
     }
@@ -693,4 +694,167 @@ fn restart_after_compaction_keeps_the_log_writable() {
     let engine = reopen(engine, &fs, &config, &clock);
     assert_eq!(value(&engine, b"after").unwrap(), b"restart");
     assert_eq!(contents(&engine, &keys(40)).len(), 40);
+}
+
+#[test]
+fn the_reserved_tail_of_the_active_segment_is_not_a_torn_write() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::EverySec);
+    let engine = open(&fs, &config, &clock);
+    fill(&engine, &clock, 20, 30);
+    let active = segment_path(*segment_ids(&fs).last().unwrap());
+    let with_reservation = fs.read_file(&active).unwrap();
+    // The log reserved blocks ahead of its records: zeros at the end.
+    assert!(
+        with_reservation.len() >= 1 << 20,
+        "{}",
+        with_reservation.len()
+    );
+    assert_eq!(*with_reservation.last().unwrap(), 0);
+    fs.crash_process();
+    drop(engine);
+
+    let engine = open(&fs, &config, &clock);
+    let report = engine.recovery_report();
+    assert_eq!(report.truncated_bytes, 0, "{report:?}");
+    assert_eq!(report.truncated_file, None);
+    assert_eq!(contents(&engine, &keys(20)).len(), 20);
+    // The log goes on appending after the last record, not after the zeros.
+    set(&engine, b"after", b"restart");
+    engine.close().unwrap();
+    let closed = fs.read_file(&active).unwrap();
+    assert_ne!(
+        *closed.last().unwrap(),
+        0,
+        "a clean close cuts the reserved tail"
+    );
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(value(&engine, b"after").unwrap(), b"restart");
+    assert_eq!(contents(&engine, &keys(20)).len(), 20);
+}
+
+#[test]
+fn a_torn_record_before_the_reserved_zeros_is_cut_and_reported() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::EverySec);
+    let engine = open(&fs, &config, &clock);
+    fill(&engine, &clock, 10, 30);
+    fs.crash_process();
+    drop(engine);
+    let active = segment_path(*segment_ids(&fs).last().unwrap());
+    let bytes = fs.read_file(&active).unwrap();
+    let last = *record_offsets(&bytes).last().unwrap();
+    // Zero the second half of the last record, as a lost page would.
+    let record_end = bytes.iter().rposition(|&byte| byte != 0).unwrap() as u64 + 1;
+    let mut torn = bytes.clone();
+    for byte in &mut torn[(last + (record_end - last) / 2) as usize..record_end as usize] {
+        *byte = 0;
+    }
+    fs.write_file(&active, &torn).unwrap();
+
+    let engine = open(&fs, &config, &clock);
+    let report = engine.recovery_report();
+    assert_eq!(report.truncated_file.as_deref(), Some(active.as_path()));
+    assert_eq!(report.truncated_bytes, bytes.len() as u64 - last);
+    assert_eq!(contents(&engine, &keys(10)).len(), 9);
+}
+
+#[test]
+fn salvage_rewrites_a_damaged_sealed_segment_keeping_every_intact_record() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    let engine = open(&fs, &config, &clock);
+    fill(&engine, &clock, 200, 60);
+    engine.compact_now(2.0).unwrap(); // hint files for the sealed segments
+    let before = contents(&engine, &keys(200));
+    engine.close().unwrap();
+    let ids = segment_ids(&fs);
+    let sealed = segment_path(ids[1]);
+    assert!(hint_ids(&fs).contains(&ids[1]));
+    let bytes = fs.read_file(&sealed).unwrap();
+    let offsets = record_offsets(&bytes);
+    // Two damaged records: a flipped bit, and a header whose lengths lie.
+    fs.corrupt(&sealed, offsets[3] + 30, 0x04).unwrap();
+    fs.corrupt(&sealed, offsets[6] + 12, 0x40).unwrap();
+    let damaged = fs.read_file(&sealed).unwrap();
+    let damaged_keys: Vec<Vec<u8>> = [3, 6]
+        .iter()
+        .map(|&i| {
+            let at = offsets[i] as usize;
+            let header = record::decode_header(&bytes[at..]).unwrap();
+            bytes[at..][header.key_range()].to_vec()
+        })
+        .collect();
+
+    let salvaging = Config {
+        salvage: true,
+        ..config.clone()
+    };
+    let engine = open(&fs, &salvaging, &clock);
+    let report = engine.recovery_report();
+    assert_eq!(report.salvaged_segments, 1, "{report:?}");
+    assert_eq!(report.salvaged_records_skipped, 2, "{report:?}");
+    let after = contents(&engine, &keys(200));
+    for (key, stored) in &before {
+        if damaged_keys.contains(key) {
+            assert!(
+                !after.contains_key(key),
+                "{key:?} came back from a damaged record"
+            );
+        } else {
+            assert_eq!(after.get(key), Some(stored), "{key:?}");
+        }
+    }
+    assert_eq!(after.len(), before.len() - 2);
+    // The original is kept, byte for byte; the hint that named the old
+    // offsets is gone.
+    let kept = Path::new(DIR)
+        .join("damaged")
+        .join(segment::segment_name(ids[1]));
+    assert_eq!(fs.read_file(&kept).unwrap(), damaged);
+    assert!(!hint_ids(&fs).contains(&ids[1]));
+    drop(engine);
+
+    // The directory is whole again: it opens without salvage, even after a
+    // power cut right after salvaging.
+    fs.power_cut(None);
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(contents(&engine, &keys(200)), after);
+    assert_eq!(engine.recovery_report().salvaged_segments, 0);
+}
+
+#[test]
+fn salvage_leaves_a_healthy_directory_as_it_is() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = Config {
+        salvage: true,
+        ..small_segments(4096)
+    };
+    let engine = open(&fs, &config, &clock);
+    fill(&engine, &clock, 100, 60);
+    engine.close().unwrap();
+    let files: BTreeMap<String, Vec<u8>> = fs
+        .file_names(Path::new(DIR))
+        .into_iter()
+        .map(|name| {
+            let bytes = fs.read_file(&path(&name)).unwrap_or_default();
+            (name, bytes)
+        })
+        .collect();
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(engine.recovery_report().salvaged_segments, 0);
+    assert_eq!(contents(&engine, &keys(100)).len(), 100);
+    drop(engine);
+    for (name, bytes) in &files {
+        if name.ends_with(".seg") {
+            assert_eq!(&fs.read_file(&path(name)).unwrap(), bytes, "{name} changed");
+        }
+    }
+    assert!(!fs
+        .file_names(Path::new(DIR))
+        .contains(&"damaged".to_owned()));
 }

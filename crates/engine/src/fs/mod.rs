@@ -10,6 +10,10 @@
 //! always absolute or relative to the process's working directory; the engine
 //! only ever names files inside its data directory.
 //!
+//! A write that returned is in the operating system's hands: it survives the
+//! process being killed (`kill -9`), whether it went through `pwrite` or a
+//! shared mapping of the file ([`FsFile::allocate`]).
+//!
 //! What "durable" means here: data written with [`FsFile::write_at`] is only
 //! guaranteed to survive a power cut after [`FsFile::sync_data`] returns `Ok`;
 //! a file's creation, removal or rename only after [`Fs::sync_dir`] on its
@@ -46,6 +50,14 @@ pub trait FsFile: Send + Sync {
     /// Truncates or extends the file to `len` bytes. Not durable until
     /// [`FsFile::sync_data`].
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Extends the file with zeros to at least `len` bytes and reserves its
+    /// blocks, so that writes below `len` cannot fail for lack of space.
+    /// Returns whether writes below `len` are now cheap (no system call:
+    /// [`OsFs`] takes them through a shared memory mapping, which is as
+    /// durable as a `write` once it returns); `false`, having changed
+    /// nothing, where the file system cannot reserve blocks. The new length
+    /// is durable only after [`FsFile::sync_data`].
+    fn allocate(&self, len: u64) -> io::Result<bool>;
 }
 
 /// A file system: the operations on names the engine needs.
