@@ -4,7 +4,8 @@ A server writes enough keys to seal several small segments and stops; a bit
 is flipped inside a record of a sealed segment. `larder check` must name the
 file, the offset and the key and exit 1; `larder serve` must refuse to start
 with one clear line naming the file, rather than serve a directory that lost
-data silently.
+data silently, and start only when told to salvage: then every intact record
+is served, the damaged one is gone, and the original file is kept.
 """
 
 from __future__ import annotations
@@ -95,3 +96,39 @@ def test_serve_refuses_damaged_sealed_data_with_one_clear_line(servers, tmp_path
     lines = [l for l in result.stderr.splitlines() if l.startswith("larder:")]
     assert len(lines) == 1, result.stderr
     assert str(segment) in lines[0] and "corrupt" in lines[0]
+    assert "--salvage" in lines[0], lines[0]
+
+
+def test_serve_with_salvage_serves_every_intact_record_and_keeps_the_original(servers, tmp_path):
+    data_dir = write_small_segments(servers, tmp_path)
+    segment = sealed_segment(data_dir)
+    _, damaged_key = flip_value_byte_of_third_record(segment)
+    damaged_bytes = segment.read_bytes()
+
+    server = servers.larder(data_dir=data_dir, extra=["--salvage"])
+    client = Client((HOST, server.port), timeout=5)
+    for i in range(300):
+        key = f"key-{i:04d}"
+        got = client.get(key)
+        if key.encode() == damaged_key:
+            assert got is None, f"{key} was served from a damaged record"
+        else:
+            assert got == b"v" * 50, f"{key}: {got!r}"
+    stats = {k.decode(): v for k, v in client.stats().items()}
+    assert int(stats["larder_recovery_salvaged_segments"]) == 1, stats
+    assert int(stats["larder_recovery_salvaged_records_skipped"]) == 1, stats
+    client.close()
+    assert server.stop() == 0
+    kept = data_dir / "damaged" / segment.name
+    assert kept.read_bytes() == damaged_bytes
+
+    # The directory is whole now: a plain start and `larder check` agree.
+    result = subprocess.run(
+        [LARDER_BIN, "check", "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    server = servers.larder(data_dir=data_dir)
+    client = Client((HOST, server.port), timeout=5)
+    assert client.get("key-0299") == b"v" * 50
+    assert client.get(damaged_key.decode()) is None
+    client.close()

@@ -74,10 +74,17 @@ fn check(args: CheckArgs) -> ExitCode {
         report.damage.len()
     );
     if report.damage.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+        return ExitCode::SUCCESS;
     }
+    println!(
+        "`larder serve --salvage --data-dir {}` starts without the damaged records, \
+         keeping the original files under {}",
+        args.data_dir.display(),
+        args.data_dir
+            .join(larder_engine::salvage::DAMAGED_DIR)
+            .display()
+    );
+    ExitCode::FAILURE
 }
 
 #[derive(Args)]
@@ -112,6 +119,12 @@ struct ServeArgs {
     /// the connection is closed, in milliseconds [default: 30000].
     #[arg(long = "partial-request-timeout-ms", value_name = "MS")]
     partial_request_timeout_ms: Option<u64>,
+    /// Start even if sealed data is damaged: rewrite each damaged segment
+    /// with its intact records only, logging every record skipped; the
+    /// originals are kept under <data-dir>/damaged/. For one start after
+    /// `larder check` reported damage; not a config file setting.
+    #[arg(long)]
+    salvage: bool,
     /// A TOML file with the same settings (flags override it).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -141,6 +154,7 @@ impl ServeArgs {
             partial_request_timeout_ms: self.partial_request_timeout_ms,
         };
         flags.apply(&mut config)?;
+        config.salvage = self.salvage;
         config.validate()?;
         Ok(config)
     }

@@ -36,6 +36,11 @@ pub struct ServerConfig {
     /// How long a partly received request may wait for its next bytes
     /// before the connection is closed.
     pub partial_request_timeout: std::time::Duration,
+    /// Open the data directory even if sealed segments are damaged, keeping
+    /// only their intact records (see `larder_engine::salvage`). A flag for
+    /// one start, never a config file key: damage should stop the next
+    /// start too, until someone looks at it.
+    pub salvage: bool,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +57,7 @@ impl Default for ServerConfig {
             verbose: 0,
             segment_bytes_max: larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
+            salvage: false,
         }
     }
 }
@@ -233,6 +239,7 @@ impl ServerConfig {
         config.durability = self.durability;
         config.cache_bytes_max = self.memory_limit_mb.saturating_mul(1 << 20);
         config.segment_bytes_max = self.segment_bytes_max;
+        config.salvage = self.salvage;
         config
     }
 }

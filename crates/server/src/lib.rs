@@ -51,7 +51,7 @@ pub enum ServerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The data directory could not be opened or recovered.
-    #[error("cannot open data directory: {0}")]
+    #[error("cannot open data directory: {0}{hint}", hint = salvage_hint(.0))]
     Engine(#[from] larder_engine::Error),
     /// The listening socket could not be opened.
     #[error("cannot listen on {addr}: {source}")]
@@ -71,6 +71,17 @@ pub enum ServerError {
 pub struct Server {
     shared: Arc<Shared>,
     listener: TcpListener,
+}
+
+/// What to do about damage that stops a start.
+fn salvage_hint(error: &larder_engine::Error) -> &'static str {
+    match error {
+        larder_engine::Error::Corruption { .. } => {
+            "; `larder check` lists the damage, and `larder serve --salvage` starts \
+             without the damaged records (the originals are kept under damaged/)"
+        }
+        _ => "",
+    }
 }
 
 impl Server {

@@ -211,6 +211,16 @@ impl ServerStats {
         );
         stat(
             out,
+            "recovery_salvaged_segments",
+            engine.recovery.salvaged_segments,
+        );
+        stat(
+            out,
+            "recovery_salvaged_records_skipped",
+            engine.recovery.salvaged_records_skipped,
+        );
+        stat(
+            out,
             "timed_out_connections",
             self.timed_out_connections.load(Ordering::Relaxed),
         );
