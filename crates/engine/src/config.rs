@@ -82,8 +82,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// Default segment size: 256 MiB.
-    pub const SEGMENT_BYTES_MAX_DEFAULT: u32 = 256 << 20;
+    /// Default segment size: 64 MiB.
+    pub const SEGMENT_BYTES_MAX_DEFAULT: u32 = 64 << 20;
     /// Default value cache: 1 GiB.
     pub const CACHE_BYTES_MAX_DEFAULT: u64 = 1 << 30;
     /// Default partition count: 256 (several per core on any machine).
