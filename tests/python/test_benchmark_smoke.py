@@ -1,0 +1,118 @@
+"""Smoke tests of the comparison scripts at a tiny scale.
+
+The real runs (benchmarks/compare.sh, benchmarks/sql_experiments.sh) take
+tens of minutes and are not part of the test command; these run each script
+end to end in about a minute, with real servers, and check that every cell
+it was asked for has measured figures and no errors. No figure is compared
+with a threshold: on a shared 2-core machine only the plumbing is tested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import LARDER_BIN, REPO_ROOT
+
+SCRIPT_TIMEOUT_S = 240
+
+
+def run_script(script: Path, env: dict, log_path: Path) -> int:
+    """Runs a script in its own process group; on a timeout, SIGTERM lets its
+    trap stop the servers it started, and SIGKILL to the group is the
+    backstop."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            ["bash", str(script)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait(timeout=SCRIPT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            pytest.fail(f"{script.name} ran past {SCRIPT_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
+
+
+def test_compare_script_measures_every_cell(tmp_path):
+    results = tmp_path / "results"
+    env = dict(
+        os.environ,
+        SERVERS="memcached larder-everysec larder-always",
+        WORKLOADS="get set",
+        CONNS="4",
+        PIPELINES="1 4",
+        RUNS="1",
+        DURATION="1s",
+        WARMUP="200ms",
+        KEYS="2000",
+        INSTALL="0",
+        LARDER=LARDER_BIN,
+        RESULTS_DIR=str(results),
+        WORK_DIR=str(tmp_path / "work"),
+    )
+    (tmp_path / "work").mkdir()
+    log = tmp_path / "compare.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log)
+    assert status == 0, log.read_text()[-4000:]
+
+    report = json.loads((results / "results.json").read_text())
+    cells = {cell["id"]: cell for cell in report["cells"]}
+    wanted = {f"{w}-c4-p{p}" for w in ("get", "set") for p in (1, 4)}
+    assert set(cells) == wanted, sorted(cells)
+    for cell_id, cell in cells.items():
+        assert set(cell["servers"]) == {"memcached", "larder-everysec", "larder-always"}, cell_id
+        for server, figures in cell["servers"].items():
+            where = f"{cell_id} {server}"
+            assert figures["runs"] == 1, where
+            assert figures["ops_per_second"]["median"] > 0, where
+            assert figures["errors"] == 0 and figures["failed_connections"] == 0, where
+            assert figures["latency_us"]["p99"] >= figures["latency_us"]["p50"] > 0, where
+        assert cell["servers"]["memcached"]["ratio_to_memcached"] == 1.0
+    markdown = (results / "results.md").read_text()
+    assert "| larder-always |" in markdown
+    assert list((results / "charts").glob("*.svg")), "no charts written"
+
+
+def test_sql_experiments_script_measures_every_server(tmp_path):
+    results = tmp_path / "results"
+    env = dict(
+        os.environ,
+        SMOKE="1",
+        LARDER=LARDER_BIN,
+        RESULTS_DIR=str(results),
+        TMPDIR=str(tmp_path),
+    )
+    log = tmp_path / "sql.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log)
+    assert status == 0, log.read_text()[-4000:]
+
+    report = json.loads((results / "sql-experiments.json").read_text())
+    expected = {
+        "A": {"larder", "memcached", "mariadb-innodb"},
+        "B": {"larder", "memcached", "mariadb-innodb", "mariadb-memory"},
+    }
+    for name, servers in expected.items():
+        cells = report["experiments"][name]["cells"]
+        assert set(cells) == servers, (name, sorted(cells))
+        for server, cell in cells.items():
+            where = f"experiment {name} {server}"
+            assert cell["rows_per_second"]["median"] > 0, where
+            assert cell["errors"] == 0, where
+            assert cell["misses"] == 0, where
+    assert (results / "sql-experiments.md").read_text().count("| larder |") >= 2
