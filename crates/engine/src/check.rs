@@ -36,9 +36,13 @@ pub struct CheckReport {
     pub records: u64,
     /// Damage found. Empty for a healthy directory.
     pub damage: Vec<Damage>,
-    /// A cut-short tail of the newest log segment (a crash mid-write): it is
-    /// cut off at the next start, losing only unacknowledged writes.
+    /// Damage in the newest log segment, from this offset on: the next
+    /// start cuts the segment there, as it does after a crash mid-write.
     pub torn_tail: Option<(PathBuf, u64)>,
+    /// Intact records after the torn tail's start, which the cut drops too
+    /// (records a crash left behind a hole that never reached the disk, or
+    /// acknowledged ones behind real damage).
+    pub records_after_torn_tail: u64,
 }
 
 /// Checks every segment and hint file in `dir`.
@@ -77,27 +81,25 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
         }
         tails.push((id, path.clone(), check_records(&path, &bytes, &mut report)));
     }
-    for (id, path, tail) in tails {
-        let newest = Some(id) == newest_log;
-        match tail {
+    for (id, path, walk) in tails {
+        if Some(id) == newest_log {
+            // Recovery cuts the newest log segment at its first damage (a
+            // crash mid-write looks the same); say so rather than call it
+            // damage, with what the cut takes along.
+            if let Some(first) = walk.first_damage {
+                report.damage.retain(|damage| damage.file != path);
+                report.torn_tail = Some((path, first));
+                report.records_after_torn_tail = walk.intact_after_first_damage;
+            }
+        } else if let Tail::Zeros(offset) = walk.tail {
             // The log's reserved blocks past its last record; only the
             // active segment has them, sealing cuts them off.
-            Tail::Zeros(offset) if !newest => report.damage.push(damage(
+            report.damage.push(damage(
                 &path,
                 offset,
                 None,
                 "zeros where records should be, up to the end of the sealed segment".into(),
-            )),
-            // Damage with nothing intact after it, at the end of the newest
-            // log segment, is a write a crash cut short: the next start cuts
-            // it off, losing only unacknowledged writes.
-            Tail::Damaged
-                if newest && report.damage.last().is_some_and(|last| last.file == path) =>
-            {
-                let last = report.damage.pop();
-                report.torn_tail = last.map(|last| (path, last.offset));
-            }
-            _ => {}
+            ));
         }
     }
     for &id in &hint_ids {
@@ -134,30 +136,60 @@ pub(crate) enum Tail {
     Damaged,
 }
 
-/// Walks the records of one segment, reporting each damaged one and
-/// resuming at the next intact record.
-fn check_records(path: &Path, bytes: &[u8], report: &mut CheckReport) -> Tail {
-    let mut damaged = Vec::new();
-    let mut records = 0;
-    let tail = walk_records(
-        bytes,
-        |_, _| records += 1,
-        |offset, key, reason| damaged.push(damage(path, offset, key.map(<[u8]>::to_vec), reason)),
-    );
-    report.records += records;
-    report.damage.extend(damaged);
-    tail
+/// What walking one segment found, besides the damage it reported.
+struct SegmentWalk {
+    tail: Tail,
+    first_damage: Option<u64>,
+    intact_after_first_damage: u64,
 }
 
-/// Walks the records of a segment file's bytes: `intact` gets each intact
-/// record (offset, bytes), `damaged` each damaged one (offset, key if its
-/// header is readable, what is wrong), and the walk resumes at the next
-/// intact record. Stops at a tail of zeros.
-pub(crate) fn walk_records(
-    bytes: &[u8],
-    mut intact: impl FnMut(u64, &[u8]),
-    mut damaged: impl FnMut(u64, Option<&[u8]>, String),
-) -> Tail {
+/// Walks the records of one segment, reporting each damaged one and
+/// resuming at the next intact record.
+fn check_records(path: &Path, bytes: &[u8], report: &mut CheckReport) -> SegmentWalk {
+    let mut first_damage = None;
+    let mut intact_after_first_damage = 0;
+    let tail = walk_records(bytes, |event| match event {
+        Walked::Intact { .. } => {
+            report.records += 1;
+            if first_damage.is_some() {
+                intact_after_first_damage += 1;
+            }
+        }
+        Walked::Damaged {
+            offset,
+            key,
+            reason,
+        } => {
+            first_damage.get_or_insert(offset);
+            let key = key.map(<[u8]>::to_vec);
+            report.damage.push(damage(path, offset, key, reason));
+        }
+    });
+    SegmentWalk {
+        tail,
+        first_damage,
+        intact_after_first_damage,
+    }
+}
+
+/// One step of [`walk_records`].
+pub(crate) enum Walked<'a> {
+    /// An intact record: its offset and bytes.
+    Intact { offset: u64, record: &'a [u8] },
+    /// A damaged record: its offset, its key if its header is readable, and
+    /// what is wrong.
+    Damaged {
+        offset: u64,
+        key: Option<&'a [u8]>,
+        reason: String,
+    },
+}
+
+/// Walks the records of a segment file's bytes, resuming after damage at
+/// the next intact record: where the damaged record's own header says it
+/// ends, if an intact record starts there, else the next offset where one
+/// does. Stops at a tail of zeros.
+pub(crate) fn walk_records(bytes: &[u8], mut visit: impl FnMut(Walked<'_>)) -> Tail {
     let mut offset = segment::HEADER_BYTES as usize;
     while offset < bytes.len() {
         let rest = bytes.get(offset..).unwrap_or_default();
@@ -167,18 +199,33 @@ pub(crate) fn walk_records(
         match record::decode(rest) {
             Ok(header) => {
                 let len = header.record_len() as usize;
-                intact(offset as u64, rest.get(..len).unwrap_or_default());
+                visit(Walked::Intact {
+                    offset: offset as u64,
+                    record: rest.get(..len).unwrap_or_default(),
+                });
                 offset += len;
             }
             Err(error) => {
-                let key = record::decode_header(rest)
-                    .ok()
-                    .and_then(|header| rest.get(header.key_range()));
-                damaged(offset as u64, key, error.to_string());
+                let header = record::decode_header(rest).ok();
+                let key = header.and_then(|header| rest.get(header.key_range()));
+                visit(Walked::Damaged {
+                    offset: offset as u64,
+                    key,
+                    reason: error.to_string(),
+                });
                 if matches!(error, DecodeError::Truncated { .. }) {
                     return Tail::Damaged;
                 }
-                match next_intact(bytes, offset + 1) {
+                // Resyncing at the claimed end first keeps a value that
+                // happens to hold a record's encoding from being read as one.
+                let claimed_end = header.map(|header| offset + header.record_len() as usize);
+                let resumes_at_claimed_end = claimed_end.filter(|&end| {
+                    end > offset
+                        && bytes
+                            .get(end..)
+                            .is_some_and(|rest| !rest.is_empty() && record::decode(rest).is_ok())
+                });
+                match resumes_at_claimed_end.or_else(|| next_intact(bytes, offset + 1)) {
                     Some(next) => offset = next,
                     None => return Tail::Damaged,
                 }
@@ -243,6 +290,12 @@ mod tests {
         let fs = MemFs::new();
         let path = Path::new("/d/0000000001.seg");
         fs.write_file(path, &segment_with_records(10)).unwrap();
+        // A newer segment, so that the damaged one is sealed.
+        fs.write_file(
+            Path::new("/d/0000000002.seg"),
+            &reencode_header(segment_with_records(1), 2),
+        )
+        .unwrap();
         let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
         let first_damaged = u64::from(segment::HEADER_BYTES) + 2 * record_len;
         fs.corrupt(path, first_damaged + 33, 0x01).unwrap();
@@ -252,7 +305,21 @@ mod tests {
         assert_eq!(report.damage.len(), 2);
         assert_eq!(report.damage[0].offset, first_damaged);
         assert_eq!(report.damage[0].key.as_deref(), Some(&b"key"[..]));
-        assert_eq!(report.records, 8);
+        assert_eq!(report.records, 8 + 1);
+    }
+
+    #[test]
+    fn damage_in_the_newest_log_segment_is_where_the_next_start_cuts_it() {
+        let fs = MemFs::new();
+        let path = Path::new("/d/0000000001.seg");
+        fs.write_file(path, &segment_with_records(10)).unwrap();
+        let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
+        let damaged = u64::from(segment::HEADER_BYTES) + 4 * record_len;
+        fs.corrupt(path, damaged + 30, 0x01).unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert!(report.damage.is_empty(), "{:?}", report.damage);
+        assert_eq!(report.torn_tail, Some((path.to_owned(), damaged)));
+        assert_eq!(report.records_after_torn_tail, 5);
     }
 
     #[test]

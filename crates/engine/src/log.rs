@@ -318,24 +318,31 @@ impl Log {
         match state.active.file.allocate(target) {
             Ok(true) => state.reserved = target,
             Ok(false) => state.reservable = false,
-            Err(error) => tracing::debug!(
-                %error,
-                file = %state.active.path.display(),
-                "could not reserve blocks ahead of the log"
-            ),
+            Err(error) => {
+                // Not retried on this segment: a full disk would otherwise
+                // cost an fallocate per append. The next segment tries again.
+                tracing::warn!(
+                    %error,
+                    file = %state.active.path.display(),
+                    "cannot reserve blocks ahead of the log; writing with pwrite"
+                );
+                state.reservable = false;
+            }
         }
     }
 
-    /// Cuts the reserved zeros off the end of the active segment.
+    /// Cuts the reserved zeros off the end of the active segment; also
+    /// whatever a reservation that failed half way added.
     fn release_reservation(&self, state: &mut LogState) -> Result<()> {
-        if state.reserved > state.end {
-            let segment = &state.active;
-            segment.file.set_len(state.end).map_err(|e| {
-                Error::io(
-                    format!("cutting the reserved tail of {}", segment.path.display()),
-                    e,
-                )
-            })?;
+        let segment = &state.active;
+        let io = |e| {
+            Error::io(
+                format!("cutting the reserved tail of {}", segment.path.display()),
+                e,
+            )
+        };
+        if segment.file.len().map_err(io)? != state.end {
+            segment.file.set_len(state.end).map_err(io)?;
         }
         state.reserved = 0;
         Ok(())

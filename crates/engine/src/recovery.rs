@@ -443,6 +443,12 @@ fn load_segment(
         {
             // The log's reserved blocks past its last record: not a torn
             // write. Cut them off; the log reserves afresh.
+            tracing::info!(
+                file = %segment.path.display(),
+                offset,
+                bytes = len - offset,
+                "cutting the reserved zeros off the active segment"
+            );
             segment
                 .file
                 .set_len(offset)

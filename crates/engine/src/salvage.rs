@@ -4,23 +4,37 @@
 //! Without salvage, damage in a sealed segment stops the engine from opening
 //! (see [`crate::recovery`]): the records there were acknowledged, and
 //! quietly dropping them is not the engine's call. With salvage, each sealed
-//! segment with damage is rewritten with its intact records only: the
-//! original is first copied to `damaged/` inside the data directory (kept
-//! for inspection; nothing removes it), its hint file is removed (offsets
-//! change), and the cleaned copy replaces it with an atomic rename. Every
-//! skipped record is logged with file, offset and key (when readable).
+//! segment with damaged records is rewritten with its intact records only,
+//! one segment at a time: the original is first copied to `damaged/` inside
+//! the data directory (kept for inspection; nothing removes it), the cleaned
+//! copy is written and synced, a hint file describing the cleaned copy
+//! replaces the old one (if the segment had one), and the cleaned copy
+//! replaces the original with an atomic rename. Every skipped record is
+//! logged with file, offset and key (when readable).
+//!
+//! Batches stay atomic on the side salvage can see: the intact records of a
+//! batch that a damaged record interrupts are dropped with it. Records after
+//! the damage that belonged to the same batch cannot be told apart from a
+//! new batch and are kept.
 //!
 //! What salvage cannot know: a skipped record may have been a delete or an
 //! overwrite, so an older value of its key can come back. The log line of
 //! each skipped record names the key so the operator can check it.
 //!
-//! Crash safety: at every point either the original or the complete cleaned
-//! segment is in place, and running salvage again finishes the job. The
-//! active (newest log) segment is left to recovery, which cuts a torn tail.
+//! Crash safety: until the final rename the original segment is in place,
+//! and a hint that already describes the cleaned copy does not match it (a
+//! hint names its segment's length), so recovery scans the original, finds
+//! the damage and refuses again; running salvage again finishes the job.
+//! Leftover `.tmp` files are removed at the next start. A damaged segment
+//! header, or damage in the active (newest log) segment, is not salvage's
+//! business: recovery refuses the former and cuts the latter.
 
-use crate::check::{walk_records, Tail};
+use crate::check::{walk_records, Tail, Walked};
 use crate::error::{Error, Result};
 use crate::fs::{join, read_all, Fs};
+use crate::hint::HintWriter;
+use crate::record;
+use crate::recovery::touch_target;
 use crate::segment::{self, Origin, SegmentHeader};
 use crate::stats::RecoveryReport;
 use std::path::{Path, PathBuf};
@@ -38,33 +52,24 @@ pub(crate) fn salvage(
     hint_ids: &[u32],
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let mut segments = Vec::new();
+    let mut headers = Vec::new();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
-        let bytes =
-            read_all(fs, &path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        segments.push((id, path, bytes));
+        headers.push((id, read_header(fs, &path)?, path));
     }
-    let headers: Vec<Option<SegmentHeader>> = segments
+    let active = headers
         .iter()
-        .map(|(_, path, bytes)| SegmentHeader::decode(bytes, path).ok())
-        .collect();
-    let active = segments
-        .iter()
-        .zip(&headers)
         .rev()
-        .find(|(_, header)| header.is_some_and(|h| h.origin == Origin::Log))
-        .map(|((id, _, _), _)| *id);
-    for ((id, path, bytes), header) in segments.iter().zip(&headers) {
+        .find(|(_, header, _)| header.is_some_and(|h| h.origin == Origin::Log))
+        .map(|(id, _, _)| *id);
+    for (id, header, path) in &headers {
         if Some(*id) == active {
             continue;
         }
         let Some(header) = header else {
-            // Without a readable header none of its records can be placed
-            // in seq order; recovery refuses it and the operator decides.
             tracing::error!(
                 file = %path.display(),
-                "salvage: the segment header is damaged; cannot salvage this file"
+                "salvage: the segment header is damaged; this file cannot be salvaged"
             );
             continue;
         };
@@ -72,37 +77,77 @@ pub(crate) fn salvage(
         if header.origin == Origin::Compaction && !has_hint {
             continue; // an unfinished compaction output; recovery removes it
         }
-        salvage_segment(fs, dir, path, bytes, has_hint, report)?;
+        let bytes =
+            read_all(fs, path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let cleaned = clean(path, &bytes);
+        if cleaned.skipped == 0 {
+            continue;
+        }
+        replace(fs, dir, *id, path, &bytes, &cleaned, has_hint)?;
+        report.salvaged_segments += 1;
+        report.salvaged_records_skipped += cleaned.skipped;
     }
     Ok(())
 }
 
-/// Rewrites one segment without its damaged records, if it has any.
-fn salvage_segment(
-    fs: &dyn Fs,
-    dir: &Path,
-    path: &Path,
-    bytes: &[u8],
-    has_hint: bool,
-    report: &mut RecoveryReport,
-) -> Result<()> {
+/// A segment's header, or `None` if it is damaged.
+fn read_header(fs: &dyn Fs, path: &Path) -> Result<Option<SegmentHeader>> {
+    let io = |e| Error::io(format!("reading {}", path.display()), e);
+    let file = fs.open(path, false).map_err(io)?;
+    let len = file.len().map_err(io)?;
+    let mut bytes = vec![0u8; u64::from(segment::HEADER_BYTES).min(len) as usize];
+    file.read_exact_at(&mut bytes, 0).map_err(io)?;
+    Ok(SegmentHeader::decode(&bytes, path).ok())
+}
+
+/// A segment's bytes without its damaged records.
+struct Cleaned {
+    /// Header and intact records.
+    bytes: Vec<u8>,
+    /// Damaged records, records of interrupted batches, and a tail of zeros.
+    skipped: u64,
+}
+
+/// Keeps the intact records of a segment, dropping damaged ones and the
+/// records of any batch a damaged record interrupts.
+fn clean(path: &Path, bytes: &[u8]) -> Cleaned {
     let header_len = segment::HEADER_BYTES as usize;
-    let mut cleaned = bytes.get(..header_len).unwrap_or_default().to_vec();
+    let mut kept = bytes.get(..header_len).unwrap_or_default().to_vec();
     let mut skipped = 0u64;
-    let tail = walk_records(
-        bytes,
-        |_, record| cleaned.extend_from_slice(record),
-        |offset, key, reason| {
+    // Where the open batch's records start in `kept`, and how many there are.
+    let mut open_batch: Option<(usize, u64)> = None;
+    let tail = walk_records(bytes, |event| match event {
+        Walked::Intact { record, .. } => {
+            let continues = record::decode_header(record).is_ok_and(|h| h.batch_continues);
+            let start = kept.len();
+            kept.extend_from_slice(record);
+            open_batch = match (open_batch, continues) {
+                (Some((at, count)), true) => Some((at, count + 1)),
+                (None, true) => Some((start, 1)),
+                (_, false) => None,
+            };
+        }
+        Walked::Damaged {
+            offset,
+            key,
+            reason,
+        } => {
             skipped += 1;
+            let key = key.map_or_else(
+                || "(unreadable)".to_owned(),
+                |k| String::from_utf8_lossy(k).into_owned(),
+            );
             tracing::warn!(
                 file = %path.display(),
                 offset,
-                key = %key.map_or_else(|| "(unreadable)".to_owned(), |k| String::from_utf8_lossy(k).into_owned()),
+                %key,
                 %reason,
                 "salvage: skipping a damaged record"
             );
-        },
-    );
+            drop_open_batch(path, &mut kept, &mut open_batch, &mut skipped);
+        }
+    });
+    drop_open_batch(path, &mut kept, &mut open_batch, &mut skipped);
     if let Tail::Zeros(offset) = tail {
         skipped += 1;
         tracing::warn!(
@@ -111,35 +156,88 @@ fn salvage_segment(
             "salvage: skipping zeros at the end of a sealed segment"
         );
     }
-    if skipped == 0 {
-        return Ok(());
+    Cleaned {
+        bytes: kept,
+        skipped,
     }
+}
+
+/// Drops the records of a batch that damage (or the segment's end)
+/// interrupted.
+fn drop_open_batch(
+    path: &Path,
+    kept: &mut Vec<u8>,
+    open_batch: &mut Option<(usize, u64)>,
+    skipped: &mut u64,
+) {
+    if let Some((start, count)) = open_batch.take() {
+        kept.truncate(start);
+        *skipped += count;
+        tracing::warn!(
+            file = %path.display(),
+            records = count,
+            "salvage: dropping the intact records of a batch that damage interrupted"
+        );
+    }
+}
+
+/// Puts the cleaned copy of segment `id` in place of the original (see the
+/// module documentation for the order and why it is safe).
+fn replace(
+    fs: &dyn Fs,
+    dir: &Path,
+    id: u32,
+    path: &Path,
+    original: &[u8],
+    cleaned: &Cleaned,
+    has_hint: bool,
+) -> Result<()> {
     let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
-    if has_hint {
-        let hint = path.with_extension("hint");
-        fs.remove(&hint).map_err(|e| io("removing", &hint, e))?;
-        fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
-    }
-    let kept = keep_original(fs, dir, path, bytes)?;
+    let kept = keep_original(fs, dir, path, original)?;
     let tmp = PathBuf::from(format!("{}.tmp", path.display()));
-    let _ = fs.remove(&tmp);
-    let file = fs.create(&tmp).map_err(|e| io("creating", &tmp, e))?;
-    file.write_all_at(&cleaned, 0)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| io("writing", &tmp, e))?;
-    drop(file);
+    write_synced(fs, &tmp, &cleaned.bytes)?;
+    if has_hint {
+        let hint = join(dir, &segment::hint_name(id));
+        let hint_tmp = PathBuf::from(format!("{}.tmp", hint.display()));
+        write_synced(fs, &hint_tmp, &hint_of(id, &cleaned.bytes))?;
+        fs.rename(&hint_tmp, &hint)
+            .map_err(|e| io("replacing", &hint, e))?;
+    }
     fs.rename(&tmp, path)
         .map_err(|e| io("replacing", path, e))?;
     fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
     tracing::warn!(
         file = %path.display(),
-        skipped,
+        skipped = cleaned.skipped,
         original = %kept.display(),
         "salvage: rewrote the segment with its intact records"
     );
-    report.salvaged_segments += 1;
-    report.salvaged_records_skipped += skipped;
     Ok(())
+}
+
+/// The hint file of a cleaned segment (every record in it is intact).
+fn hint_of(id: u32, segment_bytes: &[u8]) -> Vec<u8> {
+    let mut hint = HintWriter::new();
+    walk_records(segment_bytes, |event| {
+        if let Walked::Intact { offset, record } = event {
+            if let Ok(header) = record::decode_header(record) {
+                let key = record.get(header.key_range()).unwrap_or_default();
+                hint.push(&header, offset as u32, key, touch_target(&header, record));
+            }
+        }
+    });
+    hint.finish(id, segment_bytes.len() as u64)
+}
+
+/// Creates `path` (replacing a leftover) with `bytes`, synced.
+fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<()> {
+    let _ = fs.remove(path);
+    let file = fs
+        .create(path)
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    file.write_all_at(bytes, 0)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Copies a damaged segment into `damaged/` under the first free name and
@@ -165,10 +263,7 @@ fn keep_original(fs: &dyn Fs, dir: &Path, path: &Path, bytes: &[u8]) -> Result<P
         .find(|candidate| !taken.contains(candidate))
         .unwrap_or(name);
     let copy = join(&damaged, &free);
-    let file = fs.create(&copy).map_err(|e| io("creating", &copy, e))?;
-    file.write_all_at(bytes, 0)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| io("writing", &copy, e))?;
+    write_synced(fs, &copy, bytes)?;
     fs.sync_dir(&damaged)
         .map_err(|e| io("syncing", &damaged, e))?;
     fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;

@@ -62,8 +62,10 @@ fn check(args: CheckArgs) -> ExitCode {
     }
     if let Some((file, offset)) = &report.torn_tail {
         println!(
-            "torn tail: {} from offset {offset} (an interrupted write; cut off at the next start)",
-            file.display()
+            "torn tail: {} from offset {offset} (an interrupted write, or damage; the next start \
+             cuts the newest segment there, dropping {} intact records after it)",
+            file.display(),
+            report.records_after_torn_tail
         );
     }
     println!(

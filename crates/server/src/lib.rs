@@ -76,7 +76,8 @@ pub struct Server {
 /// What to do about damage that stops a start.
 fn salvage_hint(error: &larder_engine::Error) -> &'static str {
     match error {
-        larder_engine::Error::Corruption { .. } => {
+        // Offset 0 is a segment or hint header, which salvage cannot mend.
+        larder_engine::Error::Corruption { offset, .. } if *offset > 0 => {
             "; `larder check` lists the damage, and `larder serve --salvage` starts \
              without the damaged records (the originals are kept under damaged/)"
         }

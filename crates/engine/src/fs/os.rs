@@ -6,6 +6,13 @@
 //! the process being killed. Reads stay `pread`s, which see the same pages.
 //! Blocks are reserved with `fallocate` before they are mapped, so a write
 //! through the mapping never meets a full disk (which would be `SIGBUS`).
+//! That holds on file systems that overwrite blocks in place, so mapping is
+//! used only on ext2/3/4, XFS and tmpfs; elsewhere (btrfs and ZFS copy on
+//! write and can still run out of space) `allocate` says no and writes stay
+//! `pwrite`s. If a window cannot be mapped, that write and every later one
+//! to the file is a `pwrite`. What mapping cannot turn into an error: a
+//! disk that fails to read back a page of the active segment the log is
+//! appending to (a `pwrite` would get `EIO`; a mapped write gets `SIGBUS`).
 
 use super::{Fs, FsFile};
 use memmap2::{MmapMut, MmapOptions};
@@ -96,7 +103,15 @@ impl FsFile for OsFile {
         let mut mapped = self.mapped.lock();
         let end = offset.checked_add(buf.len() as u64);
         if end.is_some_and(|end| end <= mapped.reserved) {
-            return mapped.write(&self.file, buf, offset);
+            match mapped.write(&self.file, buf, offset) {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    // Out of address space or map areas: pwrite from now on.
+                    tracing::warn!(%error, "cannot map the log for writing; writing with pwrite");
+                    mapped.window = None;
+                    mapped.reserved = 0;
+                }
+            }
         }
         drop(mapped);
         self.file.write_all_at(buf, offset)
@@ -124,6 +139,9 @@ impl FsFile for OsFile {
         if len <= mapped.reserved {
             return Ok(true);
         }
+        if !reserves_blocks_in_place(&self.file)? {
+            return Ok(false);
+        }
         let from = mapped.reserved;
         let (Ok(offset), Ok(count)) = (
             libc::off_t::try_from(from),
@@ -144,6 +162,36 @@ impl FsFile for OsFile {
         mapped.reserved = len;
         Ok(true)
     }
+}
+
+/// Whether `file` is on a file system where `fallocate`d blocks are
+/// overwritten in place (so writing them through a mapping cannot fail for
+/// lack of space): ext2/3/4, XFS or tmpfs.
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "f_type and the magic constants have different types on other targets"
+)]
+fn reserves_blocks_in_place(file: &File) -> io::Result<bool> {
+    let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs takes a valid open descriptor, owned by `file`, and
+    // writes a `statfs` to the pointer, which points to one.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), stats.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs returned 0, so it filled the struct.
+    let kind = unsafe { stats.assume_init() }.f_type;
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "f_type's type differs between targets"
+    )]
+    let kind = kind as i64;
+    Ok([
+        libc::EXT4_SUPER_MAGIC as i64,
+        libc::XFS_SUPER_MAGIC as i64,
+        libc::TMPFS_MAGIC as i64,
+    ]
+    .contains(&kind))
 }
 
 /// Holds an `flock` until dropped (closing the descriptor releases it).
