@@ -38,6 +38,8 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=benchmarks/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
 
 RUNS="${RUNS:-3}"
@@ -144,22 +146,8 @@ declare -A SERVER_PID=()   # name -> pid of the running server
 CURRENT_PORT=""
 
 stop_server() {
-    local name="$1" pid="${SERVER_PID[$1]:-}"
-    [[ -n "$pid" ]] || return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        local i
-        for ((i = 0; i < 150; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            log "$name (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    wait "$pid" 2>/dev/null || true
-    unset 'SERVER_PID[$name]'
+    stop_pid "${SERVER_PID[$1]:-}" "$1"
+    unset 'SERVER_PID[$1]'
 }
 
 cleanup() {
@@ -171,26 +159,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-free_port() {
-    "$PYTHON" - <<'EOF'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-EOF
-}
-
-wait_for_port() {
-    local port="$1" pid="$2" i
-    for ((i = 0; i < 200; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    return 1
-}
 
 server_stats() {
     local port="$1"

@@ -78,6 +78,8 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=benchmarks/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
 
 SMOKE="${SMOKE:-0}"
@@ -218,24 +220,11 @@ declare -A SERVER_DIR=()    # process name -> its directory under WORK_DIR
 SYSBENCH=()                 # the command sysbench_cmd built last
 
 stop_server() {
-    local name="$1" pid="${SERVER_PID[$1]:-}" grace=150
-    [[ -n "$pid" ]] || return 0
-    # MariaDB may write back dirty pages on shutdown; give it longer.
-    [[ "$name" == mariadb ]] && grace=600
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        local i
-        for ((i = 0; i < grace; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            log "$name (pid $pid) ignored SIGTERM for $((grace / 10)) s; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    wait "$pid" 2>/dev/null || true
-    unset 'SERVER_PID[$name]'
+    # MariaDB may write back dirty pages on shutdown; give it 60 s.
+    local grace=150
+    [[ "$1" == mariadb ]] && grace=600
+    stop_pid "${SERVER_PID[$1]:-}" "$1" "$grace"
+    unset 'SERVER_PID[$1]'
 }
 
 cleanup() {
@@ -247,26 +236,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-free_port() {
-    "$PYTHON" - <<'EOF'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-EOF
-}
-
-wait_for_port() {
-    local port="$1" pid="$2" tries="${3:-200}" i
-    for ((i = 0; i < tries; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    return 1
-}
 
 # CPU seconds (user + system, all threads) a process has used so far.
 cpu_seconds() {

@@ -25,6 +25,9 @@ import statistics
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import read_machine  # noqa: E402  (the same machine.txt format)
+
 CELL_ORDER = ["larder", "memcached", "mariadb-innodb", "mariadb-memory"]
 BASELINE = "mariadb-innodb"
 RUN_FILE = re.compile(r"^run(\d+)\.(out|failed)$")
@@ -107,17 +110,6 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def read_machine(raw: Path) -> dict[str, str]:
-    machine: dict[str, str] = {}
-    path = raw / "machine.txt"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition(": ")
-            if sep:
-                machine[key.strip()] = value.strip()
-    return machine
 
 
 def summarise(runs: list[dict]) -> dict:

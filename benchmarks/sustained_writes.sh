@@ -48,6 +48,8 @@ set -euo pipefail
 export LC_NUMERIC=C
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=benchmarks/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
 SCRIPT_ARGS=("$0" "$@")
 
@@ -155,24 +157,6 @@ SERVER_PID=""
 SAMPLER_PID=""
 BENCH_PID=""
 
-stop_pid() {
-    # stop_pid PID NAME: SIGTERM, then SIGKILL after 15 s.
-    local pid="$1" name="$2" i
-    [[ -n "$pid" ]] || return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for ((i = 0; i < 150; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        if kill -0 "$pid" 2>/dev/null; then
-            log "$name (pid $pid) ignored SIGTERM for 15 s; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-    fi
-    wait "$pid" 2>/dev/null || true
-}
-
 cleanup() {
     local status=$?
     touch "$SAMPLER_STOP" 2>/dev/null || true
@@ -185,26 +169,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-free_port() {
-    "$PYTHON" - <<'EOF'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
-EOF
-}
-
-wait_for_port() {
-    local port="$1" pid="$2" i
-    for ((i = 0; i < 400; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 1
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    return 1
-}
 
 # The `stats` reply as NAME VALUE lines.
 server_stats() {
@@ -230,7 +194,7 @@ if [[ -n "$SEGMENT_BYTES" ]]; then
 fi
 "$LARDER" "${serve_args[@]}" >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
-if ! wait_for_port "$PORT" "$SERVER_PID"; then
+if ! wait_for_port "$PORT" "$SERVER_PID" 400; then
     tail -n 20 "$SERVER_LOG" >&2 || true
     die "larder did not start listening on 127.0.0.1:$PORT"
 fi

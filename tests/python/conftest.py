@@ -221,6 +221,34 @@ class ServerProcess:
         return f"<{self.name} {HOST}:{self.port} pid={self.proc.pid if self.proc else None}>"
 
 
+def run_script(script: Path, env: dict, log_path: Path, timeout_s: float) -> int:
+    """Runs a bash script in its own process group, output to `log_path`, and
+    returns its exit code. On a timeout, SIGTERM lets the script's trap stop
+    the servers it started, SIGKILL to the group is the backstop, and the
+    test fails with the end of the log."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            ["bash", str(script)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            pytest.fail(f"{script.name} ran past {timeout_s}s:\n{log_path.read_text()[-4000:]}")
+
+
 def larder_argv(data_dir: Path, durability: str, extra: Sequence[str] = ()) -> Callable[[int], List[str]]:
     def argv(port: int) -> List[str]:
         return [

@@ -11,42 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-from pathlib import Path
 
-import pytest
-
-from conftest import LARDER_BIN, REPO_ROOT
+from conftest import LARDER_BIN, REPO_ROOT, run_script
 
 SCRIPT_TIMEOUT_S = 240
-
-
-def run_script(script: Path, env: dict, log_path: Path) -> int:
-    """Runs a script in its own process group; on a timeout, SIGTERM lets its
-    trap stop the servers it started, and SIGKILL to the group is the
-    backstop."""
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            ["bash", str(script)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            return proc.wait(timeout=SCRIPT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            pytest.fail(f"{script.name} ran past {SCRIPT_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
 
 
 def test_compare_script_measures_every_cell(tmp_path):
@@ -68,7 +36,7 @@ def test_compare_script_measures_every_cell(tmp_path):
     )
     (tmp_path / "work").mkdir()
     log = tmp_path / "compare.log"
-    status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log)
+    status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status == 0, log.read_text()[-4000:]
 
     report = json.loads((results / "results.json").read_text())
@@ -99,7 +67,7 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
         TMPDIR=str(tmp_path),
     )
     log = tmp_path / "sql.log"
-    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log)
+    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status == 0, log.read_text()[-4000:]
 
     report = json.loads((results / "sql-experiments.json").read_text())

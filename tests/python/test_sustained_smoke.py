@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import pytest
 
-from conftest import LARDER_BIN, REPO_ROOT
+from conftest import LARDER_BIN, REPO_ROOT, run_script
 
 SCRIPT = REPO_ROOT / "benchmarks" / "sustained_writes.sh"
 KEYS = 20_000
@@ -30,32 +28,6 @@ def record_bytes_of_every_key(keys: int) -> int:
     """28-byte header + "key:" + decimal id + value, per key (independent of
     the reporter's own arithmetic)."""
     return sum(28 + len(f"key:{key_id}") + VALUE_BYTES for key_id in range(keys))
-
-
-def run_script(env: dict, log_path: Path) -> int:
-    """Runs the script in its own process group; on a timeout, SIGTERM lets
-    its trap stop the server, and SIGKILL to the group is the backstop."""
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            ["bash", str(SCRIPT)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            return proc.wait(timeout=SCRIPT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            pytest.fail(f"the script ran past {SCRIPT_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
 
 
 def test_sustained_writes_script_produces_consistent_results(tmp_path: Path) -> None:
@@ -78,7 +50,7 @@ def test_sustained_writes_script_produces_consistent_results(tmp_path: Path) -> 
         SEGMENT_BYTES=str(1 << 20),
     )
     log_path = tmp_path / "script.log"
-    code = run_script(env, log_path)
+    code = run_script(SCRIPT, env, log_path, SCRIPT_TIMEOUT_S)
     log = log_path.read_text()
     assert code == 0, f"the script exited {code}:\n{log[-4000:]}"
 

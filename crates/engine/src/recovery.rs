@@ -449,11 +449,7 @@ fn load_segment(
                 bytes = len - offset,
                 "cutting the reserved zeros off the active segment"
             );
-            segment
-                .file
-                .set_len(offset)
-                .and_then(|()| segment.file.sync_data())
-                .map_err(|e| Error::io(format!("truncating {}", segment.path.display()), e))?;
+            cut_at(segment, offset)?;
             Ok(offset)
         }
         ScanEnd::Damaged { offset, error } if is_active => {
@@ -464,11 +460,7 @@ fn load_segment(
                 %error,
                 "cutting a torn or corrupt tail off the active segment"
             );
-            segment
-                .file
-                .set_len(offset)
-                .and_then(|()| segment.file.sync_data())
-                .map_err(|e| Error::io(format!("truncating {}", segment.path.display()), e))?;
+            cut_at(segment, offset)?;
             report.truncated_bytes += len - offset;
             report.truncated_file = Some(segment.path.clone());
             report.truncated_reason = Some(error.to_string());
@@ -480,6 +472,15 @@ fn load_segment(
             reason: error.to_string(),
         }),
     }
+}
+
+/// Truncates the active segment to `offset` and syncs the new length.
+fn cut_at(segment: &Segment, offset: u64) -> Result<()> {
+    segment
+        .file
+        .set_len(offset)
+        .and_then(|()| segment.file.sync_data())
+        .map_err(|e| Error::io(format!("truncating {}", segment.path.display()), e))
 }
 
 /// Whether bytes `[from, to)` of `file` are all zero.

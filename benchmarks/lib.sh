@@ -1,0 +1,45 @@
+# Helpers shared by the benchmark scripts (compare.sh, sustained_writes.sh,
+# sql_experiments.sh). Sourced, never run; the caller defines `log` and
+# PYTHON before calling them.
+
+# stop_pid PID NAME [GRACE_TENTHS]: SIGTERM, wait up to GRACE_TENTHS tenths
+# of a second (default 150: 15 s), then SIGKILL; reaps the process.
+stop_pid() {
+    local pid="$1" name="$2" grace="${3:-150}" i
+    [[ -n "$pid" ]] || return 0
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < grace; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            log "$name (pid $pid) ignored SIGTERM for $((grace / 10)) s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+# A TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+    "$PYTHON" - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+# wait_for_port PORT PID [TRIES]: until 127.0.0.1:PORT accepts a connection
+# (TRIES x 50 ms, default 200: 10 s); fails at once if PID has exited.
+wait_for_port() {
+    local port="$1" pid="$2" tries="${3:-200}" i
+    for ((i = 0; i < tries; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    return 1
+}
