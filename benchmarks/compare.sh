@@ -82,22 +82,6 @@ ratio_of() {
 }
 
 # ------------------------------------------------------------ dependencies
-install_packages() {
-    local missing=() pkg
-    for pkg in "$@"; do
-        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-            missing+=("$pkg")
-        fi
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return 0
-    [[ "$INSTALL" == 1 ]] || die "missing packages: ${missing[*]} (INSTALL=0)"
-    local sudo=()
-    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
-    log "installing ${missing[*]} from Debian packages"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-}
-
 needed=()
 [[ " $SERVERS " == *" memcached "* ]] && needed+=(memcached)
 [[ " $SERVERS " == *" redis-"* ]] && needed+=(redis-server)

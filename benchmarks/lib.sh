@@ -1,6 +1,6 @@
 # Helpers shared by the benchmark scripts (compare.sh, sustained_writes.sh,
-# sql_experiments.sh). Sourced, never run; the caller defines `log` and
-# PYTHON before calling them.
+# sql_experiments.sh). Sourced, never run; the caller defines `log`, `die`,
+# PYTHON and INSTALL before calling them.
 
 # stop_pid PID NAME [GRACE_TENTHS]: SIGTERM, wait up to GRACE_TENTHS tenths
 # of a second (default 150: 15 s), then SIGKILL; reaps the process.
@@ -42,4 +42,23 @@ wait_for_port() {
         sleep 0.05
     done
     return 1
+}
+
+# install_packages PKG...: installs the Debian packages that are missing
+# (apt-get update first), as root or through sudo; with INSTALL=0 it fails
+# naming them instead.
+install_packages() {
+    local missing=() pkg
+    for pkg in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$pkg")
+        fi
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    [[ "$INSTALL" == 1 ]] || die "missing packages: ${missing[*]} (INSTALL=0)"
+    local sudo=()
+    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
+    log "installing ${missing[*]} from Debian packages"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }

@@ -148,22 +148,6 @@ for s in $SERVERS_B; do
 done
 
 # ------------------------------------------------------------ dependencies
-install_packages() {
-    local missing=() pkg
-    for pkg in "$@"; do
-        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-            missing+=("$pkg")
-        fi
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return 0
-    [[ "$INSTALL" == 1 ]] || die "missing packages: ${missing[*]} (INSTALL=0)"
-    local sudo=()
-    [[ "$(id -u)" -eq 0 ]] || sudo=(sudo)
-    log "installing ${missing[*]} from Debian packages"
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-}
-
 # The Debian packages may start their own services where systemd runs; ours
 # use their own ports and data directories, so those are left alone.
 install_packages mariadb-server mariadb-client sysbench memcached time
