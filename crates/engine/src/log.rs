@@ -34,7 +34,7 @@ use parking_lot::{Condvar, Mutex};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -188,6 +188,11 @@ pub struct Log {
     written_lsn: AtomicU64,
     synced_lsn: AtomicU64,
     sync: Mutex<SyncState>,
+    /// Mirrors `SyncState::failed.is_some()`, so that the write path can
+    /// check it without taking the sync lock.
+    sync_failed: AtomicBool,
+    /// Mirrors `LogState::write_error.is_some()`, for the same reason.
+    write_failing: AtomicBool,
     sync_wanted: Condvar,
     sync_done: Condvar,
     /// Ids of sealed segments that still need a hint file.
@@ -240,6 +245,8 @@ impl Log {
                 waiting: 0,
                 shutdown: false,
             }),
+            sync_failed: AtomicBool::new(false),
+            write_failing: AtomicBool::new(false),
             sync_wanted: Condvar::new(),
             sync_done: Condvar::new(),
             sealed: Mutex::new(Vec::new()),
@@ -251,8 +258,11 @@ impl Log {
     /// Refuses new writes while the log cannot accept them: after a failed
     /// sync, or while writes keep failing and the buffer is full.
     pub fn check_writable(&self) -> Result<()> {
-        if let Some(reason) = &self.sync.lock().failed {
-            return Err(Error::WritesFailing(reason.clone()));
+        if let Some(reason) = self.sync_failure() {
+            return Err(Error::WritesFailing(reason));
+        }
+        if !self.write_failing.load(Ordering::Acquire) {
+            return Ok(());
         }
         let state = self.state.lock();
         if state.unwritten().len() > BUFFER_BYTES_HARD_MAX {
@@ -366,6 +376,7 @@ impl Log {
         if let Err(error) = result {
             let error = Error::io(format!("writing to {}", state.active.path.display()), error);
             state.write_error = Some(error.to_string());
+            self.write_failing.store(true, Ordering::Release);
             self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
             return Err(error);
         }
@@ -377,6 +388,7 @@ impl Log {
             state.forget_before(state.written);
         }
         state.write_error = None;
+        self.write_failing.store(false, Ordering::Release);
         self.written_lsn
             .fetch_max(lsn(state.active.id, state.written), Ordering::Release);
         Ok(())
@@ -434,27 +446,30 @@ impl Log {
             let error = Error::io(format!("syncing {}", segment.path.display()), error);
             let mut sync = self.sync.lock();
             sync.failed.get_or_insert_with(|| error.to_string());
-            for (_, waker) in sync.wakers.drain(..) {
-                waker.wake();
-            }
+            self.sync_failed.store(true, Ordering::Release);
+            let wakers = std::mem::take(&mut sync.wakers);
             self.sync_done.notify_all();
+            drop(sync);
+            wake(wakers);
             error
         })
     }
 
+    /// Publishes a sync up to `position` and wakes the committers it
+    /// covered. The wakers run after the sync lock is released: a woken task
+    /// may preempt this thread, and committers must not find the lock held
+    /// meanwhile.
     fn mark_synced(&self, position: u64) {
         self.synced_lsn.fetch_max(position, Ordering::Release);
         let mut sync = self.sync.lock();
         let synced = self.synced_lsn.load(Ordering::Acquire);
-        sync.wakers.retain(|(wanted, waker)| {
-            if *wanted <= synced {
-                waker.wake_by_ref();
-                false
-            } else {
-                true
-            }
-        });
+        let (covered, still_waiting) = std::mem::take(&mut sync.wakers)
+            .into_iter()
+            .partition(|(wanted, _)| *wanted <= synced);
+        sync.wakers = still_waiting;
         self.sync_done.notify_all();
+        drop(sync);
+        wake(covered);
     }
 
     /// Takes ids of sealed segments that need hint files.
@@ -607,10 +622,10 @@ impl Log {
 
     fn wake_all(&self) {
         let mut sync = self.sync.lock();
-        for (_, waker) in sync.wakers.drain(..) {
-            waker.wake();
-        }
+        let wakers = std::mem::take(&mut sync.wakers);
         self.sync_done.notify_all();
+        drop(sync);
+        wake(wakers);
     }
 
     /// Writes out and syncs everything appended so far (all modes). Used at
@@ -691,6 +706,7 @@ impl Log {
         state.base = end;
         state.buffer.clear();
         state.write_error = None;
+        self.write_failing.store(false, Ordering::Release);
         state.reserved = 0;
         state.reservable = true;
         self.written_lsn
@@ -703,7 +719,10 @@ impl Log {
     pub fn resume(&self) {
         let position = self.written_lsn();
         self.synced_lsn.fetch_max(position, Ordering::Release);
-        self.sync.lock().failed = None;
+        let mut sync = self.sync.lock();
+        sync.failed = None;
+        self.sync_failed.store(false, Ordering::Release);
+        drop(sync);
         self.mark_synced(position);
     }
 
@@ -715,6 +734,9 @@ impl Log {
 
     /// The sticky sync failure, if any.
     pub fn sync_failure(&self) -> Option<String> {
+        if !self.sync_failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.sync.lock().failed.clone()
     }
 }
@@ -785,6 +807,10 @@ impl LogState {
     }
 }
 
+fn wake(wakers: Vec<(u64, Waker)>) {
+    wakers.into_iter().for_each(|(_, waker)| waker.wake());
+}
+
 /// Resolves when a ticket is acknowledged; see [`Log::commit_async`].
 pub struct CommitFuture {
     log: Arc<Log>,
@@ -812,6 +838,12 @@ impl Future for CommitFuture {
             return Poll::Ready(Ok(()));
         }
         let log = &self.log;
+        // A ticket at or below the synced position is durable, whatever
+        // failed since: after a failed sync the position only moves again
+        // once `heal` has made everything before it durable.
+        if log.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return Poll::Ready(Ok(()));
+        }
         let mut sync = log.sync.lock();
         if let Some(reason) = &sync.failed {
             return Poll::Ready(Err(Error::WritesFailing(reason.clone())));

@@ -268,3 +268,47 @@ fn writes_resume_by_themselves_once_syncs_succeed_again() {
         }
     }
 }
+
+#[test]
+fn writes_are_refused_once_failing_writes_fill_the_buffer_and_resume_after() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::None);
+    // Large enough that no rotation (which fails outright) comes first.
+    config.segment_bytes_max = 1 << 30;
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..5);
+    fs.inject(FaultKind::Eio);
+    let big = vec![b'b'; 512 << 10];
+    let mut stored = 0usize;
+    let refusal = loop {
+        match engine.store(StoreMode::Set, b"big", &big, 0, Expiry::Never) {
+            Ok(_) => stored += 1,
+            Err(error) => break error,
+        }
+        assert!(stored < 1024, "appends were never refused");
+    };
+    // 256 MiB of unwritten records is the limit.
+    assert!(
+        stored >= 512,
+        "refused after only {stored} appends: {refusal}"
+    );
+    assert!(matches!(refusal, Error::WritesFailing(_)), "{refusal}");
+    assert!(refusal.is_temporary(), "{refusal}");
+    assert!(
+        refusal.to_string().contains("write buffer full"),
+        "{refusal}"
+    );
+    assert_eq!(value(&engine, b"k3").unwrap(), b"v3");
+
+    // The sync thread's next round (here called directly) writes the
+    // buffer out, and writes are accepted again.
+    fs.clear_faults();
+    engine.sync().unwrap();
+    set(&engine, b"later", b"l");
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(value(&engine, b"big").unwrap(), big);
+    assert_eq!(value(&engine, b"later").unwrap(), b"l");
+    assert_eq!(contents(&engine, &keys(5)).len(), 5);
+}
