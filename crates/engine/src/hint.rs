@@ -455,7 +455,7 @@ mod tests {
     /// Entries of every kind and shape: records that follow each other and
     /// one that does not, flags and exptime, seqs that go down, a touch.
     fn sample() -> Vec<HintEntry> {
-        let first = u32::from(segment::HEADER_BYTES);
+        let first = segment::HEADER_BYTES;
         let touch = Header {
             kind: Kind::Touch,
             stale: true,
@@ -534,7 +534,7 @@ mod tests {
 
     #[test]
     fn entries_are_small() {
-        let first = u32::from(segment::HEADER_BYTES);
+        let first = segment::HEADER_BYTES;
         let mut writer = HintWriter::new();
         let mut offset = first;
         for seq in 1..=1000u64 {
