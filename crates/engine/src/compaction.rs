@@ -35,6 +35,16 @@ const PASS_INTERVAL: Duration = Duration::from_millis(200);
 /// Output bytes buffered before they are written and keys switched.
 const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
 
+/// Past this many bytes of segment files per live byte, compaction also
+/// takes segments below the dead-ratio threshold, most dead first, until
+/// the files are back under it. Without this, data rewritten faster than
+/// segments cross the threshold (a freshly loaded set being overwritten)
+/// piles up to about twice the live bytes before the first compaction.
+const SPACE_AMPLIFICATION_MAX: f64 = 1.5;
+/// ... but never a segment less dead than this: copying a mostly live
+/// segment frees little for its cost.
+const SPACE_DEAD_RATIO_MIN: f64 = 0.25;
+
 /// The compactor thread's body; returns at shutdown.
 pub fn compactor_loop(inner: &Inner) {
     while !inner.shutdown.load(Ordering::Acquire) {
@@ -42,8 +52,14 @@ pub fn compactor_loop(inner: &Inner) {
             tracing::error!(%error, "writing hint files");
         }
         let ratio = inner.config.compaction_dead_ratio_min;
-        match compact_pass(inner, ratio) {
-            Ok(0) => std::thread::sleep(PASS_INTERVAL),
+        let passed = compact(inner, ratio).and_then(|done| match done.segments {
+            0 => relieve_space(inner),
+            _ => Ok(done),
+        });
+        match passed {
+            // A pass that freed nothing (its segments held records that must
+            // be kept, such as tombstones) is not repeated at once.
+            Ok(done) if done.freed_bytes == 0 => std::thread::sleep(PASS_INTERVAL),
             Ok(_) => {}
             Err(error) => {
                 tracing::error!(%error, "compaction failed; retrying later");
@@ -96,26 +112,121 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
 }
 
 /// One pass: compacts every sealed segment (with a hint) whose dead ratio
-/// is at least `dead_ratio_min`. Returns how many were compacted.
+/// is at least `dead_ratio_min`, most dead first. Returns how many were
+/// compacted.
+///
+/// The candidates are compacted in groups whose live bytes fill at most one
+/// output segment, and each group's inputs are removed as soon as its
+/// output is durable: the extra disk a pass needs is one segment's worth,
+/// not the live data of every candidate at once.
 pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
+    Ok(compact(inner, dead_ratio_min)?.segments)
+}
+
+/// What a pass did.
+#[derive(Default)]
+struct Compacted {
+    /// Segments compacted.
+    segments: usize,
+    /// Bytes of the segments removed less the bytes of their copies.
+    freed_bytes: u64,
+}
+
+fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    let active_id = inner.log.active_id();
+    compact_groups(inner, &candidates(inner, dead_ratio_min))
+}
+
+/// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
+/// the live bytes, compacts the most dead segments (down to
+/// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
+/// Returns how many were compacted.
+fn relieve_space(inner: &Inner) -> Result<Compacted> {
+    let _guard = inner.compaction_lock.lock();
     let all = inner.segments.all();
-    let mut candidates: Vec<Arc<Segment>> = all
+    let live: u64 = all
         .iter()
+        .map(|s| s.live_bytes.load(Ordering::Relaxed))
+        .sum();
+    let allowed = (live as f64 * SPACE_AMPLIFICATION_MAX) as u64;
+    let excess = file_bytes(inner).saturating_sub(allowed);
+    if excess == 0 {
+        return Ok(Compacted::default());
+    }
+    let mut freed = 0;
+    let chosen: Vec<Arc<Segment>> = candidates(inner, SPACE_DEAD_RATIO_MIN)
+        .into_iter()
+        .take_while(|segment| {
+            let take = freed < excess;
+            freed += segment.dead_bytes();
+            take
+        })
+        .collect();
+    compact_groups(inner, &chosen)
+}
+
+/// Bytes in every segment file.
+fn file_bytes(inner: &Inner) -> u64 {
+    inner
+        .segments
+        .all()
+        .iter()
+        .map(|s| s.len_bytes.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// Sealed segments with a hint (other than the active one) at least
+/// `dead_ratio_min` dead, most dead first.
+fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
+    let active_id = inner.log.active_id();
+    let mut candidates: Vec<Arc<Segment>> = inner
+        .segments
+        .all()
+        .into_iter()
         .filter(|s| s.id != active_id && s.sealed.load(Ordering::Acquire))
         .filter(|s| s.has_hint.load(Ordering::Acquire))
         .filter(|s| s.dead_ratio() >= dead_ratio_min)
         .filter(|s| s.dead_bytes() > u64::from(segment::HEADER_BYTES))
-        .cloned()
         .collect();
     candidates.sort_by(|a, b| b.dead_ratio().total_cmp(&a.dead_ratio()));
-    let count = candidates.len();
-    if count == 0 {
-        return Ok(0);
+    candidates
+}
+
+/// Compacts `candidates` in groups whose live bytes fit one output segment.
+fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacted> {
+    let mut done = Compacted::default();
+    let output_bytes = u64::from(inner.config.segment_bytes_max);
+    let mut rest = candidates;
+    while !rest.is_empty() {
+        let mut live = 0u64;
+        let size = rest
+            .iter()
+            .take_while(|segment| {
+                live += segment.live_bytes.load(Ordering::Relaxed);
+                live <= output_bytes
+            })
+            .count()
+            .max(1);
+        let (group, after) = rest.split_at(size.min(rest.len()));
+        let copied = compact_group(inner, group)?;
+        let removed: u64 = group
+            .iter()
+            .map(|s| s.len_bytes.load(Ordering::Relaxed))
+            .sum();
+        done.segments += group.len();
+        done.freed_bytes += removed.saturating_sub(copied);
+        rest = after;
     }
+    Ok(done)
+}
+
+/// Copies what `group` still needs into one new segment, makes it durable,
+/// then removes the group. Returns the new segment's length (0 if nothing
+/// needed copying).
+fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
+    let all = inner.segments.all();
     let mut output = Output::new(inner)?;
-    for segment in &candidates {
+    for segment in group {
         let min_seq_elsewhere = all
             .iter()
             .filter(|other| other.id != segment.id)
@@ -124,17 +235,17 @@ pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
             .unwrap_or(u64::MAX);
         compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
     }
-    output.finish(inner)?;
+    let copied = output.finish(inner)?;
     // The records left behind are dead because newer records (a later put,
     // a delete, a flush) replaced them; those may still be only in the log's
     // buffer or the page cache. Make them durable before the old records
     // disappear, or a power cut would lose both.
     inner.log.flush_and_sync()?;
-    for segment in &candidates {
+    for segment in group {
         remove_segment(inner, segment)?;
     }
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
-    Ok(count)
+    Ok(copied)
 }
 
 /// A live put copied into the output, waiting to be switched.
@@ -217,10 +328,12 @@ impl Output {
 
     /// Makes the output durable with its hint, or removes it if nothing
     /// needed copying.
-    fn finish(mut self, inner: &Inner) -> Result<()> {
+    /// Returns the segment's length, or 0 if it was removed.
+    fn finish(mut self, inner: &Inner) -> Result<u64> {
         self.write_and_switch(inner)?;
         if self.written == u64::from(segment::HEADER_BYTES) {
-            return remove_segment(inner, &self.segment);
+            remove_segment(inner, &self.segment)?;
+            return Ok(0);
         }
         self.segment
             .file
@@ -231,7 +344,8 @@ impl Output {
             inner,
             &self.segment,
             hint.finish(self.segment.id, self.written),
-        )
+        )?;
+        Ok(self.written)
     }
 }
 

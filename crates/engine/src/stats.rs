@@ -36,8 +36,8 @@ pub struct Counters {
     pub group_commit_writers_max: AtomicU64,
     /// Segments sealed by the log.
     pub segments_sealed: AtomicU64,
-    /// Compaction runs finished, bytes they read and wrote, and segments they
-    /// removed.
+    /// Compaction runs finished (one per output segment), bytes they read
+    /// and wrote, and segments they removed.
     pub compactions: AtomicU64,
     /// Bytes of segments compaction read.
     pub compaction_bytes_read: AtomicU64,
@@ -140,7 +140,7 @@ pub struct Stats {
     pub group_commit_writers: u64,
     /// Largest group.
     pub group_commit_writers_max: u64,
-    /// Compaction runs, bytes read and written.
+    /// Compaction runs (one per output segment), bytes read and written.
     pub compactions: u64,
     /// Bytes compaction read.
     pub compaction_bytes_read: u64,

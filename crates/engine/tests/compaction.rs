@@ -155,3 +155,100 @@ fn background_compaction_keeps_the_latest_writes_of_concurrent_writers() {
     let engine = open(&fs, &config, &clock);
     check(&engine);
 }
+
+/// Data rewritten before any segment reaches the dead-ratio threshold still
+/// gets compacted once the files hold 1.5x the live bytes: the background
+/// compactor takes the most dead segments below the threshold.
+#[test]
+fn space_is_reclaimed_below_the_threshold_when_files_reach_one_and_a_half_times_live() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::None);
+    config.segment_bytes_max = 16 << 10;
+    config.compaction_dead_ratio_min = 0.9;
+    let engine = open(&fs, &config, &clock);
+    let keys = 2000;
+    for key in 0..keys {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 0),
+        );
+    }
+    // 60% of every loaded segment becomes dead: below the 0.9 threshold.
+    for key in (0..keys).filter(|key| key % 10 < 6) {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 1),
+        );
+    }
+    let amplification = |engine: &larder_engine::Engine| {
+        let stats = engine.stats();
+        stats.disk_bytes as f64 / stats.live_bytes as f64
+    };
+    assert!(amplification(&engine) > 1.55, "{}", amplification(&engine));
+    engine.close().unwrap();
+
+    config.background_threads = true;
+    let engine = open(&fs, &config, &clock);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while amplification(&engine) > 1.5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(amplification(&engine) <= 1.5, "{}", amplification(&engine));
+    assert!(engine.stats().compactions > 0);
+    for key in 0..keys {
+        let round = usize::from(key % 10 < 6);
+        let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
+        assert_eq!(found, round_value(key, round));
+    }
+}
+
+/// One pass over many candidates writes one output segment per group of
+/// them, each no larger than a segment, and removes each group's inputs
+/// before the next: it never holds a copy of all of their live data at once.
+#[test]
+fn a_pass_over_many_segments_writes_outputs_no_larger_than_a_segment() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::None);
+    config.segment_bytes_max = 16 << 10;
+    let engine = open(&fs, &config, &clock);
+    let keys = 2000;
+    for key in 0..keys {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 0),
+        );
+    }
+    for key in (0..keys).filter(|key| key % 10 < 6) {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 1),
+        );
+    }
+    let before = engine.stats();
+    let compacted = engine.compact_now(0.5).unwrap();
+    let after = engine.stats();
+    assert!(compacted >= 10, "{compacted} segments compacted");
+    let outputs = after.compactions - before.compactions;
+    assert!(outputs >= 2, "{outputs} outputs for {compacted} segments");
+    let record = 28 + 7 + 100;
+    for segment in &after.segment_details {
+        assert!(
+            segment.len_bytes <= u64::from(config.segment_bytes_max) + record,
+            "segment {} holds {} bytes",
+            segment.id,
+            segment.len_bytes
+        );
+    }
+    assert!(after.disk_bytes < before.disk_bytes);
+    for key in 0..keys {
+        let round = usize::from(key % 10 < 6);
+        let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
+        assert_eq!(found, round_value(key, round));
+    }
+}
