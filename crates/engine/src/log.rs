@@ -21,7 +21,9 @@
 //! Failure: a failed `write` keeps the buffer, so the next commit retries it
 //! (a `pwrite` at the same offset is idempotent). A failed `fdatasync` is
 //! sticky: the engine cannot know which pages reached the disk, so every
-//! later commit fails until [`Log::heal`] has cut the active segment back to
+//! later commit of a write not synced before the failure fails, and the
+//! synced position stays where it was, until [`Log::heal`] has cut the
+//! active segment back to
 //! its last good sync and rewritten the records since then, which the buffer
 //! keeps until they are synced, to a new segment (or the engine is reopened).
 
@@ -188,6 +190,10 @@ pub struct Log {
     written_lsn: AtomicU64,
     synced_lsn: AtomicU64,
     sync: Mutex<SyncState>,
+    /// Held across each `fdatasync` and the publishing of its result, so
+    /// that a failure is recorded before any other sync can publish a
+    /// success (see [`Log::sync_and_publish`]).
+    sync_io: Mutex<()>,
     /// Mirrors `SyncState::failed.is_some()`, so that the write path can
     /// check it without taking the sync lock.
     sync_failed: AtomicBool,
@@ -245,6 +251,7 @@ impl Log {
                 waiting: 0,
                 shutdown: false,
             }),
+            sync_io: Mutex::new(()),
             sync_failed: AtomicBool::new(false),
             write_failing: AtomicBool::new(false),
             sync_wanted: Condvar::new(),
@@ -387,8 +394,9 @@ impl Log {
         if self.durability == Durability::None {
             state.forget_before(state.written);
         }
-        state.write_error = None;
-        self.write_failing.store(false, Ordering::Release);
+        if state.write_error.take().is_some() {
+            self.write_failing.store(false, Ordering::Release);
+        }
         self.written_lsn
             .fetch_max(lsn(state.active.id, state.written), Ordering::Release);
         Ok(())
@@ -403,7 +411,13 @@ impl Log {
         self.write_out(state)?;
         self.release_reservation(state)?;
         let old = Arc::clone(&state.active);
-        self.sync_file(&old)?;
+        {
+            let _io = self.sync_io.lock();
+            if let Some(reason) = self.sync_failure() {
+                return Err(Error::WritesFailing(reason));
+            }
+            self.sync_file(&old)?;
+        }
         let header = self.next_segment_header();
         let new = create_segment(&*self.fs, &self.dir, header)?;
         self.segments.insert(Arc::clone(&new));
@@ -459,9 +473,17 @@ impl Log {
     /// covered. The wakers run after the sync lock is released: a woken task
     /// may preempt this thread, and committers must not find the lock held
     /// meanwhile.
+    ///
+    /// Does nothing once a sync has failed: after an `EIO`, a later
+    /// `fdatasync` of the same file can succeed without the lost pages ever
+    /// reaching the disk, so only [`Log::resume`] (after [`Log::heal`]) moves
+    /// the synced position again.
     fn mark_synced(&self, position: u64) {
-        self.synced_lsn.fetch_max(position, Ordering::Release);
         let mut sync = self.sync.lock();
+        if sync.failed.is_some() {
+            return;
+        }
+        self.synced_lsn.fetch_max(position, Ordering::Release);
         let synced = self.synced_lsn.load(Ordering::Acquire);
         let (covered, still_waiting) = std::mem::take(&mut sync.wakers)
             .into_iter()
@@ -604,10 +626,26 @@ impl Log {
             return Ok(());
         }
         let waiting = std::mem::take(&mut self.sync.lock().waiting);
-        self.sync_file(&segment)?;
+        self.sync_and_publish(&segment, position)?;
         self.counters.record_group_commit(waiting.max(1));
-        self.forget_synced(&segment, position);
-        self.mark_synced(position);
+        Ok(())
+    }
+
+    /// `fdatasync` of `segment`, which holds the log up to `position`, then
+    /// marks the log synced to there. Refuses after any failed sync (see
+    /// [`Log::mark_synced`]). Syncs are serialised with the recording of
+    /// their results, so no success is published while a failure that came
+    /// before it is still unrecorded.
+    fn sync_and_publish(&self, segment: &Segment, position: u64) -> Result<()> {
+        {
+            let _io = self.sync_io.lock();
+            if let Some(reason) = self.sync_failure() {
+                return Err(Error::WritesFailing(reason));
+            }
+            self.sync_file(segment)?;
+            self.mark_synced(position);
+        }
+        self.forget_synced(segment, position);
         Ok(())
     }
 
@@ -638,16 +676,18 @@ impl Log {
         if let Some(reason) = self.sync_failure() {
             return Err(Error::WritesFailing(reason));
         }
-        let segment = {
+        // The position is taken with the segment: records appended after
+        // the lock is released may go to a newer segment this sync does not
+        // cover.
+        let (segment, position) = {
             let mut state = self.state.lock();
             self.write_out(&mut state)?;
-            Arc::clone(&state.active)
+            (
+                Arc::clone(&state.active),
+                lsn(state.active.id, state.written),
+            )
         };
-        let position = self.written_lsn();
-        self.sync_file(&segment)?;
-        self.forget_synced(&segment, position);
-        self.mark_synced(position);
-        Ok(())
+        self.sync_and_publish(&segment, position)
     }
 
     /// At a clean close: cuts the reserved zeros off the active segment and
@@ -665,10 +705,11 @@ impl Log {
     /// lost any page written since the last good one, so: cut the active
     /// segment back to that point and sync it; write every record since then
     /// (kept in the buffer) to a new segment and sync it. On success returns
-    /// where each put moved; the caller points the keydir at the copies and
-    /// then calls [`Log::resume`]. On failure nothing changed that recovery
-    /// could not read, and writes stay refused; try again later.
-    pub fn heal(&self) -> Result<Vec<Moved>> {
+    /// where each put moved and the position now synced; the caller points
+    /// the keydir at the copies and then calls [`Log::resume`] with that
+    /// position. On failure nothing changed that recovery could not read,
+    /// and writes stay refused; try again later.
+    pub fn heal(&self) -> Result<(Vec<Moved>, u64)> {
         let mut state = self.state.lock();
         let old = Arc::clone(&state.active);
         let base = state.base;
@@ -709,15 +750,17 @@ impl Log {
         self.write_failing.store(false, Ordering::Release);
         state.reserved = 0;
         state.reservable = true;
-        self.written_lsn
-            .fetch_max(lsn(state.active.id, end), Ordering::Release);
-        Ok(moved)
+        let synced = lsn(state.active.id, end);
+        self.written_lsn.fetch_max(synced, Ordering::Release);
+        Ok((moved, synced))
     }
 
     /// Accepts writes again after [`Log::heal`] succeeded and the keydir
-    /// points at the moved records.
-    pub fn resume(&self) {
-        let position = self.written_lsn();
+    /// points at the moved records; `synced` is the position heal returned
+    /// (not the written position: a writer admitted before the failure may
+    /// have appended since, unsynced).
+    pub fn resume(&self, synced: u64) {
+        let position = synced;
         self.synced_lsn.fetch_max(position, Ordering::Release);
         let mut sync = self.sync.lock();
         sync.failed = None;

@@ -75,8 +75,8 @@ fn heal_log(inner: &Inner) {
     let Some(reason) = inner.log.sync_failure() else {
         return;
     };
-    let moved = match inner.log.heal() {
-        Ok(moved) => moved,
+    let (moved, synced) = match inner.log.heal() {
+        Ok(healed) => healed,
         Err(error) => {
             tracing::warn!(%error, %reason, "writes still refused after a failed sync");
             return;
@@ -99,7 +99,7 @@ fn heal_log(inner: &Inner) {
             new.add_live(record.record_len);
         }
     }
-    inner.log.resume();
+    inner.log.resume(synced);
     tracing::warn!(
         records = moved.len(),
         %reason,
