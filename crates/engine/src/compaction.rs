@@ -45,10 +45,10 @@ const SPACE_AMPLIFICATION_MAX: f64 = 1.5;
 /// segment frees little for its cost.
 const SPACE_DEAD_RATIO_MIN: f64 = 0.25;
 
-/// A compaction group's live bytes fill at most this fraction of a segment:
-/// while its output is written, its inputs are still on disk. With a whole
-/// segment's worth, disk use rose by up to half the live data (64 MiB
-/// segments, 131 MiB live) at such moments.
+/// A compaction group holds at most a segment's size divided by this in
+/// live bytes: while its output is written, its inputs are still on disk.
+/// With a whole segment's worth, disk use rose by up to half the live data
+/// (64 MiB segments, 131 MiB live) at such moments.
 const GROUP_SEGMENT_FRACTION: u64 = 4;
 
 /// The compactor thread's body; returns at shutdown.
@@ -58,7 +58,9 @@ pub fn compactor_loop(inner: &Inner) {
             tracing::error!(%error, "writing hint files");
         }
         let ratio = inner.config.compaction_dead_ratio_min;
-        let passed = compact(inner, ratio).and_then(|done| match done.segments {
+        // Space relief also runs when the pass freed nothing: a segment
+        // that must keep its tombstones is a candidate on every pass.
+        let passed = compact(inner, ratio).and_then(|done| match done.freed_bytes {
             0 => relieve_space(inner),
             _ => Ok(done),
         });
@@ -77,6 +79,11 @@ pub fn compactor_loop(inner: &Inner) {
 
 /// Writes a hint file for every sealed segment that lacks one.
 pub fn write_pending_hints(inner: &Inner) -> Result<()> {
+    // Not while a pass runs: its output is sealed from the start but gets
+    // its hint only when finished. (An output whose hint failed to install
+    // does get one here, on the next round, so it is not discarded at the
+    // next open while keys point at it.)
+    let _guard = inner.compaction_lock.lock();
     let _ = inner.log.take_sealed();
     for segment in inner.segments.all() {
         if segment.sealed.load(Ordering::Acquire) && !segment.has_hint.load(Ordering::Acquire) {
@@ -121,10 +128,11 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
 /// is at least `dead_ratio_min`, most dead first. Returns how many were
 /// compacted.
 ///
-/// The candidates are compacted in groups whose live bytes fill at most a
-/// quarter of a segment (or one whole candidate), and each group's inputs
-/// are removed as soon as its output is durable: the extra disk a pass
-/// needs is that much, not the live data of every candidate at once.
+/// The candidates are compacted in groups of at most a quarter segment of
+/// live bytes and at most a segment of input (or one whole candidate), and
+/// each group's inputs are removed as soon as its output is durable: the
+/// extra disk a pass needs is one group's output, which is no larger than
+/// its input, not the live data of every candidate at once.
 pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
     Ok(compact(inner, dead_ratio_min)?.segments)
 }
@@ -146,7 +154,6 @@ fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
 /// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
 /// the live bytes, compacts the most dead segments (down to
 /// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
-/// Returns how many were compacted.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let all = inner.segments.all();
@@ -198,19 +205,21 @@ fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
     candidates
 }
 
-/// Compacts `candidates` in groups whose live bytes fit
-/// [`GROUP_SEGMENT_FRACTION`] of a segment.
+/// Compacts `candidates` in groups (see [`compact_pass`]). Live bytes
+/// alone do not bound a group: kept tombstones are copied too.
 fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacted> {
     let mut done = Compacted::default();
-    let output_bytes = u64::from(inner.config.segment_bytes_max) / GROUP_SEGMENT_FRACTION;
+    let segment_bytes = u64::from(inner.config.segment_bytes_max);
+    let live_max = segment_bytes / GROUP_SEGMENT_FRACTION;
     let mut rest = candidates;
     while !rest.is_empty() {
-        let mut live = 0u64;
+        let (mut live, mut input) = (0u64, 0u64);
         let size = rest
             .iter()
             .take_while(|segment| {
                 live += segment.live_bytes.load(Ordering::Relaxed);
-                live <= output_bytes
+                input += segment.len_bytes.load(Ordering::Relaxed);
+                live <= live_max && input <= segment_bytes
             })
             .count()
             .max(1);

@@ -69,7 +69,9 @@ pub struct Config {
     /// Number of keydir partitions, each behind its own lock. Rounded up to
     /// a power of two.
     pub partitions: usize,
-    /// A sealed segment is compacted once this fraction of its bytes is dead.
+    /// A sealed segment is compacted once this fraction of its bytes is dead
+    /// (or, while the segment files hold more than 1.5x the live bytes, one
+    /// at least 25% dead may be; see the compaction module).
     pub compaction_dead_ratio_min: f64,
     /// Run the background compaction and maintenance threads (the log's sync
     /// thread always runs). Tests that want full control over when compaction

@@ -18,7 +18,7 @@
 //! 36  4  crc32c of every entry byte, [40, end of file)
 //! entry, one per record of the segment, in file order (varint = LEB128)
 //!        1 byte   bits 0-2 record kind (as in the record format);
-//!                 bit 3 stale (touch records); bit 4 offset follows;
+//!                 bit 3 stale; bit 4 offset follows;
 //!                 bit 5 client flags follow; bit 6 exptime follows
 //!        varint   key_len
 //!        varint   value_len
@@ -33,7 +33,7 @@
 //!        key
 //! ```
 //!
-//! An entry of a 100-byte value under a 13-byte key takes about 19 bytes,
+//! An entry of a 100-byte value under a 13-byte key takes 17 bytes,
 //! where version 1 took 53 (fixed 40-byte entries with a checksum each, and
 //! an offset and a touch target on every entry); version 1 files are still
 //! read:
