@@ -234,16 +234,6 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Hint> {
     })
 }
 
-fn kind_of(byte: u8) -> Option<Kind> {
-    match byte {
-        1 => Some(Kind::Put),
-        2 => Some(Kind::Delete),
-        3 => Some(Kind::Touch),
-        4 => Some(Kind::Flush),
-        _ => None,
-    }
-}
-
 /// Decodes version 2 entries (`bytes` starts after the header).
 fn decode_v2_entries(
     bytes: &[u8],
@@ -258,7 +248,7 @@ fn decode_v2_entries(
         let start = HEADER_BYTES + reader.at;
         let bad = |what: &str| corrupt(start, format!("hint entry with a bad {what}"));
         let bits = reader.byte().ok_or_else(|| bad("first byte"))?;
-        let kind = kind_of(bits & KIND_BITS).ok_or_else(|| bad("record kind"))?;
+        let kind = Kind::from_byte(bits & KIND_BITS).ok_or_else(|| bad("record kind"))?;
         let key_len = reader
             .varint_max(u64::from(u16::MAX))
             .ok_or_else(|| bad("key length"))?;
@@ -352,7 +342,7 @@ fn decode_v1_entries(
         }
         let kind = whole
             .get(4)
-            .and_then(|&byte| kind_of(byte))
+            .and_then(|&byte| Kind::from_byte(byte))
             .ok_or_else(|| corrupt(at, format!("unknown kind {:?} in hint", whole.get(4))))?;
         entries.push(HintEntry {
             header: Header {

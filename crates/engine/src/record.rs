@@ -50,7 +50,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn from_byte(byte: u8) -> Option<Kind> {
+    pub(crate) fn from_byte(byte: u8) -> Option<Kind> {
         match byte {
             1 => Some(Kind::Put),
             2 => Some(Kind::Delete),

@@ -156,6 +156,26 @@ fn background_compaction_keeps_the_latest_writes_of_concurrent_writers() {
     check(&engine);
 }
 
+/// Writes `key0..keys` (round 0), then overwrites 60% of them (round 1),
+/// spread evenly over the segments.
+fn load_then_overwrite_most(engine: &larder_engine::Engine, keys: usize) {
+    for key in 0..keys {
+        set(engine, format!("key{key}").as_bytes(), &round_value(key, 0));
+    }
+    for key in (0..keys).filter(|key| key % 10 < 6) {
+        set(engine, format!("key{key}").as_bytes(), &round_value(key, 1));
+    }
+}
+
+/// Every key holds what [`load_then_overwrite_most`] left.
+fn assert_loaded_then_overwritten(engine: &larder_engine::Engine, keys: usize) {
+    for key in 0..keys {
+        let round = usize::from(key % 10 < 6);
+        let found = value(engine, format!("key{key}").as_bytes()).unwrap();
+        assert_eq!(found, round_value(key, round), "key{key}");
+    }
+}
+
 /// Data rewritten before any segment reaches the dead-ratio threshold still
 /// gets compacted once the files hold 1.5x the live bytes: the background
 /// compactor takes the most dead segments below the threshold.
@@ -168,21 +188,8 @@ fn space_is_reclaimed_below_the_threshold_when_files_reach_one_and_a_half_times_
     config.compaction_dead_ratio_min = 0.9;
     let engine = open(&fs, &config, &clock);
     let keys = 2000;
-    for key in 0..keys {
-        set(
-            &engine,
-            format!("key{key}").as_bytes(),
-            &round_value(key, 0),
-        );
-    }
-    // 60% of every loaded segment becomes dead: below the 0.9 threshold.
-    for key in (0..keys).filter(|key| key % 10 < 6) {
-        set(
-            &engine,
-            format!("key{key}").as_bytes(),
-            &round_value(key, 1),
-        );
-    }
+    load_then_overwrite_most(&engine, keys);
+    // 60% of every loaded segment is now dead: below the 0.9 threshold.
     let amplification = |engine: &larder_engine::Engine| {
         let stats = engine.stats();
         stats.disk_bytes as f64 / stats.live_bytes as f64
@@ -198,11 +205,7 @@ fn space_is_reclaimed_below_the_threshold_when_files_reach_one_and_a_half_times_
     }
     assert!(amplification(&engine) <= 1.5, "{}", amplification(&engine));
     assert!(engine.stats().compactions > 0);
-    for key in 0..keys {
-        let round = usize::from(key % 10 < 6);
-        let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
-        assert_eq!(found, round_value(key, round));
-    }
+    assert_loaded_then_overwritten(&engine, keys);
 }
 
 /// One pass over many candidates writes one output segment per group of
@@ -217,20 +220,7 @@ fn a_pass_over_many_segments_writes_outputs_of_at_most_a_quarter_segment() {
     config.segment_bytes_max = 16 << 10;
     let engine = open(&fs, &config, &clock);
     let keys = 2000;
-    for key in 0..keys {
-        set(
-            &engine,
-            format!("key{key}").as_bytes(),
-            &round_value(key, 0),
-        );
-    }
-    for key in (0..keys).filter(|key| key % 10 < 6) {
-        set(
-            &engine,
-            format!("key{key}").as_bytes(),
-            &round_value(key, 1),
-        );
-    }
+    load_then_overwrite_most(&engine, keys);
     let before = engine.stats();
     let compacted = engine.compact_now(0.5).unwrap();
     let after = engine.stats();
@@ -262,9 +252,5 @@ fn a_pass_over_many_segments_writes_outputs_of_at_most_a_quarter_segment() {
         );
     }
     assert!(after.disk_bytes < before.disk_bytes);
-    for key in 0..keys {
-        let round = usize::from(key % 10 < 6);
-        let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
-        assert_eq!(found, round_value(key, round));
-    }
+    assert_loaded_then_overwritten(&engine, keys);
 }
