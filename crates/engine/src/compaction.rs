@@ -19,11 +19,10 @@
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::fs::join;
-use crate::hint::HintWriter;
+use crate::hint::{self, HintWriter};
 use crate::keydir;
 use crate::log::create_segment;
 use crate::record::{self, Header, Kind};
-use crate::recovery::touch_target;
 use crate::scan::scan_sealed;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use std::sync::atomic::Ordering;
@@ -90,8 +89,7 @@ pub fn write_pending_hints(inner: &Inner) -> Result<()> {
             let mut hint = HintWriter::new();
             let len = segment.len_bytes.load(Ordering::Acquire);
             scan_sealed(&segment, |offset, header, bytes| {
-                let key = bytes.get(header.key_range()).unwrap_or_default();
-                hint.push(header, offset as u32, key, touch_target(header, bytes));
+                hint.push_record(header, offset as u32, bytes);
                 Ok(())
             })?;
             install_hint(inner, &segment, hint.finish(segment.id, len))?;
@@ -100,26 +98,9 @@ pub fn write_pending_hints(inner: &Inner) -> Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` as the hint of `segment`: temporary file, sync, rename,
-/// directory sync.
+/// Installs `bytes` as the hint of `segment` (see [`hint::install`]).
 fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> {
-    let dir = &inner.config.dir;
-    let name = segment::hint_name(segment.id);
-    let tmp = join(dir, &format!("{name}.tmp"));
-    let path = join(dir, &name);
-    let io = |what: &str, e| Error::io(format!("{what} {}", tmp.display()), e);
-    let _ = inner.fs.remove(&tmp);
-    let file = inner.fs.create(&tmp).map_err(|e| io("creating", e))?;
-    file.write_all_at(&bytes, 0).map_err(|e| io("writing", e))?;
-    file.sync_data().map_err(|e| io("syncing", e))?;
-    inner
-        .fs
-        .rename(&tmp, &path)
-        .map_err(|e| io("renaming", e))?;
-    inner
-        .fs
-        .sync_dir(dir)
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    hint::install(&*inner.fs, &inner.config.dir, segment.id, &bytes)?;
     segment.has_hint.store(true, Ordering::Release);
     Ok(())
 }
@@ -404,13 +385,13 @@ fn compact_segment(
         let keep = match header.kind {
             Kind::Put => live_put(inner, segment.id, offset as u32, header, key),
             Kind::Delete => tombstone_needed(inner, header, key, min_seq_elsewhere),
-            Kind::Touch => touch_needed(inner, header, key, touch_target(header, bytes)),
+            Kind::Touch => touch_needed(inner, header, key, record::touch_target(header, bytes)),
             Kind::Flush => pending_flush(header, flush_seq),
         };
         let Some(header) = keep else {
             return Ok(());
         };
-        let target = touch_target(&header, bytes);
+        let target = record::touch_target(&header, bytes);
         let to_offset = output.push(&header, key, value, target)?;
         if header.kind == Kind::Put {
             output.pending.push(Pending {

@@ -55,7 +55,8 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::record::{u32_at, u64_at, Header, Kind};
+use crate::fs::{join, write_synced, Fs};
+use crate::record::{self, u32_at, u64_at, Header, Kind};
 use crate::segment;
 use std::path::Path;
 
@@ -150,6 +151,12 @@ impl HintWriter {
         self.count += 1;
     }
 
+    /// Adds the entry for a record, given its whole encoded bytes.
+    pub fn push_record(&mut self, header: &Header, offset: u32, record: &[u8]) {
+        let key = record.get(header.key_range()).unwrap_or_default();
+        self.push(header, offset, key, record::touch_target(header, record));
+    }
+
     /// The finished file contents for segment `id` of `segment_len` bytes.
     pub fn finish(mut self, id: u32, segment_len: u64) -> Vec<u8> {
         let mut header = Vec::with_capacity(HEADER_BYTES);
@@ -168,6 +175,21 @@ impl HintWriter {
         }
         self.bytes
     }
+}
+
+/// Makes `bytes` the hint file of segment `id` in `dir`, whole or not at
+/// all: written to a temporary file and synced, renamed over the old one,
+/// and the directory synced.
+pub(crate) fn install(fs: &dyn Fs, dir: &Path, id: u32, bytes: &[u8]) -> Result<()> {
+    let name = segment::hint_name(id);
+    let tmp = join(dir, &format!("{name}.tmp"));
+    let path = join(dir, &name);
+    let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
+    write_synced(fs, &tmp, bytes).map_err(|e| io("writing", &tmp, e))?;
+    fs.rename(&tmp, &path)
+        .map_err(|e| io("renaming to", &path, e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| io("syncing directory", dir, e))
 }
 
 /// A decoded hint file.

@@ -264,6 +264,18 @@ pub fn decode(bytes: &[u8]) -> Result<Header, DecodeError> {
     Ok(header)
 }
 
+/// The seq a touch record's value names (0 for other kinds); `bytes` is
+/// the whole record.
+pub(crate) fn touch_target(header: &Header, bytes: &[u8]) -> u64 {
+    if header.kind != Kind::Touch {
+        return 0;
+    }
+    bytes
+        .get(header.value_range())
+        .and_then(|value| <[u8; 8]>::try_from(value).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -430,7 +430,7 @@ fn load_segment(
     let io_error = |e| Error::io(format!("scanning {}", segment.path.display()), e);
     let (end, visited) = scan(&*segment.file, start, len, |offset, header, bytes| {
         let key = bytes.get(header.key_range()).unwrap_or_default();
-        let aux = touch_target(header, bytes);
+        let aux = crate::record::touch_target(header, bytes);
         resolver.apply(segment, offset as u32, header, key, aux);
         Ok(())
     })
@@ -497,17 +497,6 @@ fn zeros_only(file: &dyn FsFile, from: u64, to: u64) -> std::io::Result<bool> {
         at += count as u64;
     }
     Ok(true)
-}
-
-/// The seq a touch record's value names (0 for other kinds).
-pub(crate) fn touch_target(header: &Header, bytes: &[u8]) -> u64 {
-    if header.kind != Kind::Touch {
-        return 0;
-    }
-    bytes
-        .get(header.value_range())
-        .and_then(|value| <[u8; 8]>::try_from(value).ok())
-        .map_or(0, u64::from_le_bytes)
 }
 
 fn read_hint(fs: &dyn Fs, path: &Path, id: u32, segment_len: u64) -> Result<hint::Hint> {

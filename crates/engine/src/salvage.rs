@@ -31,10 +31,9 @@
 
 use crate::check::{walk_records, Tail, Walked};
 use crate::error::{Error, Result};
-use crate::fs::{join, read_all, Fs};
-use crate::hint::HintWriter;
+use crate::fs::{join, read_all, write_synced, Fs};
+use crate::hint::{self, HintWriter};
 use crate::record;
-use crate::recovery::touch_target;
 use crate::segment::{self, Origin, SegmentHeader};
 use crate::stats::RecoveryReport;
 use std::path::{Path, PathBuf};
@@ -195,13 +194,9 @@ fn replace(
     let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
     let kept = keep_original(fs, dir, path, original)?;
     let tmp = PathBuf::from(format!("{}.tmp", path.display()));
-    write_synced(fs, &tmp, &cleaned.bytes)?;
+    write_synced(fs, &tmp, &cleaned.bytes).map_err(|e| io("writing", &tmp, e))?;
     if has_hint {
-        let hint = join(dir, &segment::hint_name(id));
-        let hint_tmp = PathBuf::from(format!("{}.tmp", hint.display()));
-        write_synced(fs, &hint_tmp, &hint_of(id, &cleaned.bytes))?;
-        fs.rename(&hint_tmp, &hint)
-            .map_err(|e| io("replacing", &hint, e))?;
+        hint::install(fs, dir, id, &hint_of(id, &cleaned.bytes))?;
     }
     fs.rename(&tmp, path)
         .map_err(|e| io("replacing", path, e))?;
@@ -221,23 +216,11 @@ fn hint_of(id: u32, segment_bytes: &[u8]) -> Vec<u8> {
     walk_records(segment_bytes, |event| {
         if let Walked::Intact { offset, record } = event {
             if let Ok(header) = record::decode_header(record) {
-                let key = record.get(header.key_range()).unwrap_or_default();
-                hint.push(&header, offset as u32, key, touch_target(&header, record));
+                hint.push_record(&header, offset as u32, record);
             }
         }
     });
     hint.finish(id, segment_bytes.len() as u64)
-}
-
-/// Creates `path` (replacing a leftover) with `bytes`, synced.
-fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<()> {
-    let _ = fs.remove(path);
-    let file = fs
-        .create(path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    file.write_all_at(bytes, 0)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// Copies a damaged segment into `damaged/` under the first free name and
@@ -263,7 +246,7 @@ fn keep_original(fs: &dyn Fs, dir: &Path, path: &Path, bytes: &[u8]) -> Result<P
         .find(|candidate| !taken.contains(candidate))
         .unwrap_or(name);
     let copy = join(&damaged, &free);
-    write_synced(fs, &copy, bytes)?;
+    write_synced(fs, &copy, bytes).map_err(|e| io("writing", &copy, e))?;
     fs.sync_dir(&damaged)
         .map_err(|e| io("syncing", &damaged, e))?;
     fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;

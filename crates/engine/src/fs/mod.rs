@@ -93,6 +93,15 @@ pub fn read_all(fs: &dyn Fs, path: &Path) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Creates `path` (replacing any file there) holding `bytes`, synced. The
+/// caller syncs the directory once the name matters.
+pub(crate) fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let _ = fs.remove(path);
+    let file = fs.create(path)?;
+    file.write_all_at(bytes, 0)?;
+    file.sync_data()
+}
+
 /// Joins a file name to a directory; a tiny helper so call sites read well.
 pub(crate) fn join(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)

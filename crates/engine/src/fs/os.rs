@@ -167,10 +167,6 @@ impl FsFile for OsFile {
 /// Whether `file` is on a file system where `fallocate`d blocks are
 /// overwritten in place (so writing them through a mapping cannot fail for
 /// lack of space): ext2/3/4, XFS or tmpfs.
-#[allow(
-    clippy::unnecessary_cast,
-    reason = "f_type and the magic constants have different types on other targets"
-)]
 fn reserves_blocks_in_place(file: &File) -> io::Result<bool> {
     let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: fstatfs takes a valid open descriptor, owned by `file`, and
@@ -183,15 +179,15 @@ fn reserves_blocks_in_place(file: &File) -> io::Result<bool> {
     let kind = unsafe { stats.assume_init() }.f_type;
     #[allow(
         clippy::unnecessary_cast,
-        reason = "f_type's type differs between targets"
+        reason = "f_type and the magic constants have different types on other targets"
     )]
-    let kind = kind as i64;
-    Ok([
+    let known = [
         libc::EXT4_SUPER_MAGIC as i64,
         libc::XFS_SUPER_MAGIC as i64,
         libc::TMPFS_MAGIC as i64,
     ]
-    .contains(&kind))
+    .contains(&(kind as i64));
+    Ok(known)
 }
 
 /// Holds an `flock` until dropped (closing the descriptor releases it).
