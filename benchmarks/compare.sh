@@ -134,15 +134,7 @@ stop_server() {
     unset 'SERVER_PID[$1]'
 }
 
-cleanup() {
-    local status=$? name
-    for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
-    if [[ "$REMOVE_WORK_DIR" == 1 && -d "$WORK_DIR" ]]; then rm -rf -- "$WORK_DIR"; fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit_stop stop_all_servers
 
 server_stats() {
     local port="$1"

@@ -2,6 +2,30 @@
 # sql_experiments.sh). Sourced, never run; the caller defines `log`, `die`,
 # PYTHON and INSTALL before calling them.
 
+# on_exit_stop FUNCTION: whenever the script exits (also on SIGINT and
+# SIGTERM, with status 130 and 143), calls FUNCTION to stop what it started,
+# removes WORK_DIR if REMOVE_WORK_DIR is 1, and keeps the exit status.
+on_exit_stop() {
+    EXIT_STOP_FUNCTION="$1"
+    trap exit_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+exit_cleanup() {
+    local status=$?
+    "$EXIT_STOP_FUNCTION"
+    if [[ "${REMOVE_WORK_DIR:-0}" == 1 && -d "$WORK_DIR" ]]; then rm -rf -- "$WORK_DIR"; fi
+    exit "$status"
+}
+
+# stop_all_servers: stops every server in the caller's SERVER_PID map
+# (name -> pid) with the caller's stop_server NAME.
+stop_all_servers() {
+    local name
+    for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
+}
+
 # stop_pid PID NAME [GRACE_TENTHS]: SIGTERM, wait up to GRACE_TENTHS tenths
 # of a second (default 150: 15 s), then SIGKILL; reaps the process.
 stop_pid() {

@@ -211,15 +211,7 @@ stop_server() {
     unset 'SERVER_PID[$1]'
 }
 
-cleanup() {
-    local status=$? name
-    for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
-    if [[ "$REMOVE_WORK_DIR" == 1 && -d "$WORK_DIR" ]]; then rm -rf -- "$WORK_DIR"; fi
-    exit "$status"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit_stop stop_all_servers
 
 # CPU seconds (user + system, all threads) a process has used so far.
 cpu_seconds() {
@@ -485,11 +477,6 @@ DATA="$WORK_DIR/data"
 mkdir -p "$DATA"
 
 # ------------------------------------------------------------ experiment A
-stop_all() {
-    local name
-    for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
-}
-
 # The typed tables of A; the CSV columns in sql_data.py's order.
 SCHEMA_A="CREATE TABLE users (id BIGINT NOT NULL PRIMARY KEY, name VARCHAR(40) NOT NULL,\
  email VARCHAR(80) NOT NULL, phone VARCHAR(20) NOT NULL, score INT NOT NULL, city VARCHAR(24) NOT NULL,\
@@ -529,7 +516,7 @@ experiment_a() {
         for cell in $SERVERS_A; do measure_a "$cell" "$run" || true; done
     done
     record_footprint A
-    stop_all
+    stop_all_servers
 }
 
 # ------------------------------------------------------------ experiment B
@@ -568,7 +555,7 @@ experiment_b() {
         for cell in $SERVERS_B; do measure_b "$cell" "$run" || true; done
     done
     record_footprint B
-    stop_all
+    stop_all_servers
 }
 
 # Data directory size and resident memory of every server of an experiment,

@@ -157,18 +157,13 @@ SERVER_PID=""
 SAMPLER_PID=""
 BENCH_PID=""
 
-cleanup() {
-    local status=$?
+stop_everything() {
     touch "$SAMPLER_STOP" 2>/dev/null || true
     stop_pid "$BENCH_PID" "larder bench"
     stop_pid "$SAMPLER_PID" sampler
     stop_pid "$SERVER_PID" larder
-    if [[ "$REMOVE_WORK_DIR" == 1 && -d "$WORK_DIR" ]]; then rm -rf -- "$WORK_DIR"; fi
-    exit "$status"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+on_exit_stop stop_everything
 
 # The `stats` reply as NAME VALUE lines.
 server_stats() {
