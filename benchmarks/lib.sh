@@ -86,3 +86,17 @@ install_packages() {
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 }
+
+# cpu_pin ARRAY CPUS: sets the array named ARRAY to a command prefix that
+# pins what follows to CPUS (a list as `taskset -c` takes it, e.g. "1" or
+# "0,2-3"), or to nothing when CPUS is empty. taskset execs the command, so
+# `"${ARRAY[@]}" cmd &` leaves cmd's own PID in $!.
+cpu_pin() {
+    local -n prefix="$1"
+    local cpus="$2"
+    prefix=()
+    [[ -z "$cpus" ]] && return 0
+    command -v taskset >/dev/null || die "taskset (util-linux) is needed to pin to CPUs '$cpus'"
+    taskset -c "$cpus" true 2>/dev/null || die "cannot pin to CPUs '$cpus' on this machine ($(nproc) CPUs)"
+    prefix=(taskset -c "$cpus")
+}

@@ -50,6 +50,11 @@
 #                             per connection, as sysbench has.
 #   SERVER_THREADS [2]        larder -t, memcached -t (MariaDB: a thread per
 #                             connection, its default)
+#   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
+#                             server and every measured client to, e.g.
+#                             SERVER_CPUS=1 CLIENT_CPUS=0: each side then has
+#                             its own cores, as when clients run on other
+#                             machines. Unset: both share all cores.
 #   MEMORY_MB [4096]          larder -m, memcached -m: room for all values
 #   INNODB_BUFFER_POOL [2G]*  innodb_buffer_pool_size: holds all the data
 #   INNODB_AHI [ON]           innodb_adaptive_hash_index (a hash over hot
@@ -116,6 +121,8 @@ LARDER="${LARDER:-$REPO/target/release/larder}"
 INSTALL="${INSTALL:-1}"
 PYTHON="${PYTHON:-python3}"
 LUA_SCRIPT="$SCRIPT_DIR/sysbench/kv_point_select.lua"
+SERVER_CPUS="${SERVER_CPUS:-}"
+CLIENT_CPUS="${CLIENT_CPUS:-}"
 
 log() { printf '[sql %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -139,6 +146,9 @@ esac
 (( THREADS_A % KV_CLIENT_THREADS_A == 0 )) || die "KV_CLIENT_THREADS_A ($KV_CLIENT_THREADS_A) must divide THREADS_A ($THREADS_A)"
 (( THREADS_B % KV_CLIENT_THREADS_B == 0 )) || die "KV_CLIENT_THREADS_B ($KV_CLIENT_THREADS_B) must divide THREADS_B ($THREADS_B)"
 (( KV_CLIENT_THREADS_A <= 256 && KV_CLIENT_THREADS_B <= 256 )) || die "larder bench takes at most 256 threads"
+SERVER_PIN=() CLIENT_PIN=()   # taskset prefixes, empty when not pinned
+cpu_pin SERVER_PIN "$SERVER_CPUS"
+cpu_pin CLIENT_PIN "$CLIENT_CPUS"
 for e in $EXPERIMENTS; do case "$e" in A|B) ;; *) die "unknown experiment '$e' (A, B)";; esac; done
 for s in $SERVERS_A; do
     case "$s" in larder|memcached|mariadb-innodb) ;; *) die "unknown server '$s' in SERVERS_A";; esac
@@ -263,6 +273,7 @@ start_kv() {
                 -c 4096 -u "$(id -un)")
             ;;
     esac
+    cmd=("${SERVER_PIN[@]}" "${cmd[@]}")
     record "$exp start $name" "${cmd[@]}"
     "${cmd[@]}" >"$dir/server.log" 2>&1 &
     pid=$!
@@ -295,7 +306,7 @@ start_mariadb() {
         tail -n 20 "$dir/install.log" >&2
         die "mariadb-install-db failed"
     }
-    local cmd=("$MARIADBD" --no-defaults --user="$(id -un)" --datadir="$dir/data"
+    local cmd=("${SERVER_PIN[@]}" "$MARIADBD" --no-defaults --user="$(id -un)" --datadir="$dir/data"
         --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1
         --pid-file="$dir/mariadb.pid" --log-error="$dir/error.log" --tmpdir="$dir/tmp"
         --skip-name-resolve --skip-log-bin --local-infile=1
@@ -379,6 +390,7 @@ print(json.dumps(doc))' "$name" "$(basename "$csv" .csv)" >>"$RAW/$exp/load.json
 run_cell() {
     local exp="$1" cell="$2" run="$3" out="$4"
     shift 4
+    set -- "${CLIENT_PIN[@]}" "$@"
     local process="$cell"
     [[ "$cell" == mariadb-* ]] && process=mariadb
     local pid="${SERVER_PID[$process]}" before after
@@ -397,7 +409,8 @@ run_cell() {
 }
 
 sysbench_cmd() {
-    # sysbench_cmd THREADS EXTRA...: sets SYSBENCH to a whole sysbench command.
+    # sysbench_cmd THREADS EXTRA...: sets SYSBENCH to a whole sysbench command
+    # (unpinned: run_cell adds CLIENT_PIN).
     local threads="$1"
     shift
     SYSBENCH=(sysbench "$LUA_SCRIPT" --db-driver=mysql --mysql-host=127.0.0.1
@@ -420,8 +433,9 @@ measure_a() {
             if (( WARMUP > 0 )); then
                 # sysbench 1.0 has no warm-up phase: a separate short run is one.
                 sysbench_cmd "$THREADS_A" "${common[@]}" --time="$WARMUP" --events=0
-                record "A $cell warm-up before run$run" "${SYSBENCH[@]}"
-                "${SYSBENCH[@]}" >/dev/null 2>&1 || log "warning: sysbench warm-up failed"
+                local warmup=("${CLIENT_PIN[@]}" "${SYSBENCH[@]}")
+                record "A $cell warm-up before run$run" "${warmup[@]}"
+                "${warmup[@]}" >/dev/null 2>&1 || log "warning: sysbench warm-up failed"
             fi
             sysbench_cmd "$THREADS_A" "${common[@]}" --time="$DURATION" --events=0
             run_cell A "$cell" "$run" "$out" "${SYSBENCH[@]}"
@@ -465,7 +479,7 @@ server_versions() {
     echo "kernel: $(uname -sr)"
     echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
     server_versions
-    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SEED=$SEED"
+    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SEED=$SEED SERVER_CPUS=${SERVER_CPUS:-all} CLIENT_CPUS=${CLIENT_CPUS:-all}"
     echo "mariadb_config: innodb_buffer_pool_size=$INNODB_BUFFER_POOL innodb_adaptive_hash_index=$INNODB_AHI innodb_log_file_size=512M innodb_flush_log_at_trx_commit=2 (loading only; reads do not write) max_heap_table_size=$MAX_HEAP_TABLE thread_handling=$MARIADB_THREAD_HANDLING max_connections=1000 performance_schema=OFF query_cache_type=0 skip_name_resolve skip_log_bin"
     echo "servers_a: $SERVERS_A"
     echo "servers_b: $SERVERS_B"

@@ -268,6 +268,16 @@ def describe(exp_name: str, s: dict) -> str:
     )
 
 
+def sharing(settings: dict[str, str]) -> str:
+    """One sentence on how client and server shared the CPUs."""
+    server, client = settings.get("SERVER_CPUS", "all"), settings.get("CLIENT_CPUS", "all")
+    if server == "all" and client == "all":
+        return ("Client and server share the machine's cores, so the client's own CPU cost (shown per row) "
+                "lowers every figure; compare within this run.")
+    return (f"Every server was pinned to CPUs {server} and every measured client to CPUs {client} "
+            "(`taskset -c`), so the client's CPU cost does not take the server's cores; compare within this run.")
+
+
 def write_markdown(results_dir: Path, doc: dict, commands: list[str]) -> None:
     machine = doc["machine"]
     s = settings_of(machine)
@@ -282,8 +292,7 @@ def write_markdown(results_dir: Path, doc: dict, commands: list[str]) -> None:
         "protocol (one `get` per row); MariaDB with sysbench 1.0 running "
         "`benchmarks/sysbench/kv_point_select.lua` (one server-side prepared `SELECT ... WHERE id = ?` "
         "per row, binary protocol). Both use the same number of client threads and connections, one "
-        "request in flight per connection, over TCP on 127.0.0.1. Client and server share the machine's "
-        "cores, so the client's own CPU cost (shown per row) lowers every figure; compare within this run. "
+        "request in flight per connection, over TCP on 127.0.0.1. " + sharing(s) + " "
         "Misses count reads that found no row (must be 0).",
         "",
     ]

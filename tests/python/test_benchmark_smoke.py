@@ -84,3 +84,40 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
             assert cell["errors"] == 0, where
             assert cell["misses"] == 0, where
     assert (results / "sql-experiments.md").read_text().count("| larder |") >= 2
+
+
+def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
+    results = tmp_path / "results"
+    env = dict(
+        os.environ,
+        SMOKE="1",
+        EXPERIMENTS="B",
+        SERVERS_B="larder mariadb-innodb",
+        SERVER_CPUS="0",
+        CLIENT_CPUS="0",
+        LARDER=LARDER_BIN,
+        RESULTS_DIR=str(results),
+        TMPDIR=str(tmp_path),
+    )
+    log = tmp_path / "sql.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
+    assert status == 0, log.read_text()[-4000:]
+
+    commands = (results / "sql-raw" / "commands.txt").read_text().splitlines()
+    for label in ("B start larder", "B start mariadb", "B larder run1", "B mariadb-innodb run1"):
+        [line] = [c for c in commands if c.startswith(label + ":")]
+        assert line.startswith(label + ": taskset -c 0 "), line
+    # taskset execs the server, so the PID the script measures is the
+    # server's own: it used CPU while it was read.
+    for server in ("larder", "mariadb-innodb"):
+        cpu = json.loads((results / "sql-raw" / "B" / server / "run1.server-cpu").read_text())
+        assert cpu["cpu_s"] > 0, server
+    assert "pinned to CPUs 0" in (results / "sql-experiments.md").read_text()
+
+
+def test_sql_experiments_script_refuses_cpus_the_machine_lacks(tmp_path):
+    env = dict(os.environ, SMOKE="1", SERVER_CPUS="4095", LARDER=LARDER_BIN, TMPDIR=str(tmp_path))
+    log = tmp_path / "sql.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
+    assert status != 0
+    assert "cannot pin to CPUs '4095'" in log.read_text()
