@@ -6,9 +6,11 @@
 //! runs [`Log::sync_loop`]. Appends go to an in-memory buffer under the log
 //! lock (O(record) work) and are `fdatasync`ed by the sync thread.
 //!
-//! Handing records to the OS: the log reserves the active segment's blocks
-//! [`RESERVE_BYTES`] ahead ([`FsFile::allocate`](crate::fs::FsFile::allocate));
-//! an append inside the reserved part is copied to the file at once, through
+//! Handing records to the OS: the sync thread keeps the active segment's
+//! blocks reserved up to [`RESERVE_AHEAD`] past its end
+//! ([`FsFile::allocate`](crate::fs::FsFile::allocate), which writes zeros:
+//! too slow for the append path, and what keeps each later `fdatasync` to
+//! the data alone); an append inside the reserved part is copied to the file at once, through
 //! a shared mapping with no system call, so it survives `kill -9` before it
 //! is even committed. Where blocks cannot be reserved, the buffer is written
 //! with one `pwrite` by whoever commits first, or by the sync thread. The
@@ -48,8 +50,13 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// Past this many written but unsynced bytes, an append asks for a sync
 /// early, bounding what is kept for [`Log::heal`].
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
-/// How far ahead the active segment's blocks are reserved.
-const RESERVE_BYTES: u64 = 8 << 20;
+/// How far past the end of the active segment the sync thread reserves
+/// blocks; an append asks it to top up once less than half is left.
+const RESERVE_AHEAD: u64 = 8 << 20;
+/// Blocks reserved per hold of the log lock: the zeros are written under
+/// it, so this bounds how long an append can wait behind them (a fraction
+/// of a millisecond).
+const RESERVE_STEP: u64 = 256 << 10;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -163,6 +170,9 @@ struct LogState {
     reserved: u64,
     /// Whether the active segment's file system can reserve blocks at all.
     reservable: bool,
+    /// Whether an append has asked the sync thread to reserve more and it
+    /// has not yet done so.
+    reserve_asked: bool,
 }
 
 struct SyncState {
@@ -175,6 +185,8 @@ struct SyncState {
     /// Committers that started waiting since the last sync began: the size
     /// of the next group commit.
     waiting: u64,
+    /// The log asks for blocks reserved ahead ([`Log::reserve_ahead`]).
+    reserve_wanted: bool,
     shutdown: bool,
 }
 
@@ -241,6 +253,7 @@ impl Log {
                 write_error: None,
                 reserved: 0,
                 reservable: true,
+                reserve_asked: false,
             }),
             written_lsn: AtomicU64::new(position),
             synced_lsn: AtomicU64::new(position),
@@ -249,6 +262,7 @@ impl Log {
                 failed: None,
                 wakers: Vec::new(),
                 waiting: 0,
+                reserve_wanted: false,
                 shutdown: false,
             }),
             sync_io: Mutex::new(()),
@@ -301,10 +315,6 @@ impl Log {
                 "a record of {len} bytes does not fit a segment (4 GiB at most)"
             )));
         }
-        if state.reservable && state.end + len > state.reserved {
-            let needed = state.end + len;
-            self.reserve(&mut state, needed);
-        }
         let before = state.buffer.len();
         encode(&mut state.buffer);
         assert_eq!((state.buffer.len() - before) as u64, len);
@@ -317,21 +327,47 @@ impl Log {
             // A failure here is retried by the next commit, which reports it.
             let _ = self.write_out(&mut state);
         }
-        if state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX {
-            let wanted = lsn(state.active.id, state.end);
-            drop(state);
+        let ask_reserve = state.reservable
+            && !state.reserve_asked
+            && state.end + RESERVE_AHEAD / 2 > state.reserved
+            && state.end < self.segment_bytes_max;
+        state.reserve_asked |= ask_reserve;
+        let wanted =
+            (state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX).then(|| lsn(state.active.id, state.end));
+        drop(state);
+        if ask_reserve {
+            let mut sync = self.sync.lock();
+            sync.reserve_wanted = true;
+            self.sync_wanted.notify_one();
+        }
+        if let Some(wanted) = wanted {
             self.request_sync(wanted);
         }
         Ok((segment, offset, ticket))
     }
 
-    /// Reserves the active segment's blocks up to at least `needed`, a whole
-    /// number of [`RESERVE_BYTES`] steps further where the segment allows.
-    /// A failure (say, a full disk) leaves the reservation as it was: the
-    /// write then goes out by `pwrite`, whose own error is the one reported.
-    fn reserve(&self, state: &mut LogState, needed: u64) {
-        let step_end = needed.div_ceil(RESERVE_BYTES) * RESERVE_BYTES;
-        let target = step_end.min(self.segment_bytes_max.max(needed));
+    /// Reserves the active segment's blocks up to [`RESERVE_AHEAD`] past its
+    /// end (or the segment's size limit), one [`RESERVE_STEP`] per hold of
+    /// the log lock. Runs on the sync thread.
+    fn reserve_ahead(&self) {
+        for _ in 0..2 * RESERVE_AHEAD / RESERVE_STEP {
+            let mut state = self.state.lock();
+            let from = state.reserved.max(state.end);
+            let goal = (state.end + RESERVE_AHEAD).min(self.segment_bytes_max);
+            if !state.reservable || goal <= from {
+                break;
+            }
+            let target = (from - from % RESERVE_STEP + RESERVE_STEP).min(goal);
+            self.reserve(&mut state, target);
+        }
+        self.state.lock().reserve_asked = false;
+    }
+
+    /// Reserves the active segment's blocks up to `target`. A failure (say,
+    /// a full disk) leaves the reservation as it was, and the segment
+    /// unreserved from then on: writes then go out by `pwrite`, whose own
+    /// error is the one reported.
+    fn reserve(&self, state: &mut LogState, target: u64) {
         match state.active.file.allocate(target) {
             Ok(true) => state.reserved = target,
             Ok(false) => state.reservable = false,
@@ -429,6 +465,7 @@ impl Log {
         state.base = state.end;
         state.buffer.clear();
         state.reservable = true;
+        state.reserve_asked = false;
         let start = lsn(state.active.id, state.end);
         self.written_lsn.fetch_max(start, Ordering::Release);
         if self.durability != Durability::None {
@@ -579,6 +616,11 @@ impl Log {
                 let mut sync = self.sync.lock();
                 if sync.shutdown {
                     return;
+                }
+                if std::mem::take(&mut sync.reserve_wanted) {
+                    drop(sync);
+                    self.reserve_ahead();
+                    continue;
                 }
                 let pending = sync.requested > self.synced_lsn.load(Ordering::Acquire);
                 if !pending || sync.failed.is_some() {
@@ -750,6 +792,7 @@ impl Log {
         self.write_failing.store(false, Ordering::Release);
         state.reserved = 0;
         state.reservable = true;
+        state.reserve_asked = false;
         let synced = lsn(state.active.id, end);
         self.written_lsn.fetch_max(synced, Ordering::Release);
         Ok((moved, synced))

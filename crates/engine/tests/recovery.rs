@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{config, contents, keys, open, set, value, Stored};
+use common::{config, contents, keys, open, set, value, wait_until, Stored};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
 use larder_engine::record::{self, Header, Kind};
 use larder_engine::segment::{self, Origin, SegmentHeader};
@@ -704,14 +704,11 @@ fn the_reserved_tail_of_the_active_segment_is_not_a_torn_write() {
     let engine = open(&fs, &config, &clock);
     fill(&engine, &clock, 20, 30);
     let active = segment_path(*segment_ids(&fs).last().unwrap());
-    let with_reservation = fs.read_file(&active).unwrap();
-    // The log reserved blocks ahead of its records: zeros at the end.
-    assert!(
-        with_reservation.len() >= 1 << 20,
-        "{}",
-        with_reservation.len()
-    );
-    assert_eq!(*with_reservation.last().unwrap(), 0);
+    // The sync thread reserves blocks ahead of the records: zeros at the end.
+    wait_until("blocks reserved ahead of the log", || {
+        fs.read_file(&active).unwrap().len() >= 1 << 20
+    });
+    assert_eq!(*fs.read_file(&active).unwrap().last().unwrap(), 0);
     fs.crash_process();
     drop(engine);
 

@@ -56,7 +56,9 @@ pub trait FsFile: Send + Sync {
     /// [`OsFs`] takes them through a shared memory mapping, which is as
     /// durable as a `write` once it returns); `false`, having changed
     /// nothing, where the file system cannot reserve blocks. The new length
-    /// is durable only after [`FsFile::sync_data`].
+    /// is durable only after [`FsFile::sync_data`]. [`OsFs`] writes the
+    /// zeros (so that overwriting them later leaves the block map alone):
+    /// as slow as a write of `len` bytes, so keep it off the request path.
     fn allocate(&self, len: u64) -> io::Result<bool>;
 }
 

@@ -4,8 +4,10 @@
 //! memory mapping, one window of [`WINDOW_BYTES`] at a time: a `memcpy` into
 //! the page cache instead of a `pwrite` per call, and just as safe against
 //! the process being killed. Reads stay `pread`s, which see the same pages.
-//! Blocks are reserved with `fallocate` before they are mapped, so a write
-//! through the mapping never meets a full disk (which would be `SIGBUS`).
+//! Blocks are reserved with `fallocate` and written with zeros before they
+//! are mapped, so a write through the mapping never meets a full disk
+//! (which would be `SIGBUS`) and never changes the file's block map (which
+//! would make the next `fdatasync` commit the file system's journal too).
 //! That holds on file systems that overwrite blocks in place, so mapping is
 //! used only on ext2/3/4, XFS and tmpfs; elsewhere (btrfs and ZFS copy on
 //! write and can still run out of space) `allocate` says no and writes stay
@@ -32,6 +34,9 @@ pub struct OsFs;
 /// Bytes of a file mapped at a time; a multiple of every page size.
 const WINDOW_BYTES: u64 = 8 << 20;
 
+/// What [`FsFile::allocate`] writes into the blocks it reserves.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
 struct OsFile {
     file: File,
     mapped: Mutex<Mapped>,
@@ -45,6 +50,8 @@ struct Mapped {
     reserved: u64,
     /// The mapped window and the file offset it starts at.
     window: Option<(u64, MmapMut)>,
+    /// Whether the file system overwrites blocks in place (asked once).
+    in_place: Option<bool>,
 }
 
 impl OsFile {
@@ -139,10 +146,17 @@ impl FsFile for OsFile {
         if len <= mapped.reserved {
             return Ok(true);
         }
-        if !reserves_blocks_in_place(&self.file)? {
+        let in_place = match mapped.in_place {
+            Some(known) => known,
+            None => *mapped
+                .in_place
+                .insert(reserves_blocks_in_place(&self.file)?),
+        };
+        if !in_place {
             return Ok(false);
         }
         let from = mapped.reserved;
+        let old_len = self.file.metadata()?.len();
         let (Ok(offset), Ok(count)) = (
             libc::off_t::try_from(from),
             libc::off_t::try_from(len - from),
@@ -158,6 +172,18 @@ impl FsFile for OsFile {
                 Some(libc::EOPNOTSUPP | libc::ENOSYS) => Ok(false),
                 _ => Err(error),
             };
+        }
+        // Blocks fallocate added are marked unwritten: the first write to
+        // each one changes the file's block map, so every fdatasync that
+        // covers such a write also commits the file system's journal
+        // (several times slower). Writing the zeros makes them ordinary
+        // blocks once, here, instead.
+        let mut at = from.max(old_len);
+        while at < len {
+            let count = (len - at).min(ZEROS.len() as u64) as usize;
+            let zeros = ZEROS.get(..count).unwrap_or(&ZEROS);
+            self.file.write_all_at(zeros, at)?;
+            at += zeros.len() as u64;
         }
         mapped.reserved = len;
         Ok(true)
@@ -300,5 +326,110 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[..4], b"kept");
         assert_eq!(&bytes[100..], b"more");
+    }
+
+    #[test]
+    fn reserving_writes_zeros_after_the_data_and_keeps_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = OsFs.create(&path).unwrap();
+        assert!(file.allocate(4096).unwrap());
+        file.write_all_at(b"mapped", 0).unwrap();
+        // Past the reservation, by pwrite: the next reservation starts
+        // below this data and must not overwrite it.
+        file.write_all_at(b"written", 5000).unwrap();
+        let reserved = 3 * (64 << 10) + 17;
+        assert!(file.allocate(reserved).unwrap());
+        assert_eq!(file.len().unwrap(), reserved);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..6], b"mapped");
+        assert_eq!(&bytes[5000..5007], b"written");
+        assert!(bytes[5007..].iter().all(|&b| b == 0));
+        if !matches!(fs_kind(&path), Kind::Ext4OrXfs) {
+            return;
+        }
+        // The reserved blocks are ordinary written blocks: overwriting them
+        // will not change the block map.
+        let extents = extents_of(&path);
+        assert!(!extents.is_empty());
+        for (logical, length, flags) in extents {
+            assert_eq!(
+                flags & FIEMAP_EXTENT_UNWRITTEN,
+                0,
+                "extent at {logical} ({length} bytes) is unwritten"
+            );
+        }
+    }
+
+    enum Kind {
+        Ext4OrXfs,
+        Other,
+    }
+
+    fn fs_kind(path: &Path) -> Kind {
+        let file = File::open(path).unwrap();
+        let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: a valid descriptor and a pointer to a `statfs`.
+        assert_eq!(
+            unsafe { libc::fstatfs(file.as_raw_fd(), stats.as_mut_ptr()) },
+            0
+        );
+        // SAFETY: fstatfs returned 0, so it filled the struct.
+        #[allow(clippy::unnecessary_cast, reason = "f_type differs by target")]
+        let kind = unsafe { stats.assume_init() }.f_type as i64;
+        #[allow(clippy::unnecessary_cast, reason = "the constants differ by target")]
+        if kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64 {
+            Kind::Ext4OrXfs
+        } else {
+            Kind::Other
+        }
+    }
+
+    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+    const FIEMAP_FLAG_SYNC: u32 = 1;
+    const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x800;
+
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct FiemapExtent {
+        logical: u64,
+        physical: u64,
+        length: u64,
+        reserved64: [u64; 2],
+        flags: u32,
+        reserved: [u32; 3],
+    }
+
+    #[repr(C)]
+    struct Fiemap {
+        start: u64,
+        length: u64,
+        flags: u32,
+        mapped_extents: u32,
+        extent_count: u32,
+        reserved: u32,
+        extents: [FiemapExtent; 64],
+    }
+
+    /// (logical offset, length, flags) of the file's extents, after a sync.
+    fn extents_of(path: &Path) -> Vec<(u64, u64, u32)> {
+        let file = File::open(path).unwrap();
+        let mut map = Fiemap {
+            start: 0,
+            length: u64::MAX,
+            flags: FIEMAP_FLAG_SYNC,
+            mapped_extents: 0,
+            extent_count: 64,
+            reserved: 0,
+            extents: [FiemapExtent::default(); 64],
+        };
+        // SAFETY: FS_IOC_FIEMAP reads and fills a `struct fiemap` followed by
+        // `extent_count` extents, which `Fiemap` lays out.
+        let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_FIEMAP, &mut map) };
+        assert_eq!(rc, 0, "FIEMAP: {}", io::Error::last_os_error());
+        map.extents[..map.mapped_extents as usize]
+            .iter()
+            .map(|e| (e.logical, e.length, e.flags))
+            .collect()
     }
 }

@@ -68,3 +68,16 @@ pub fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::P
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     std::pin::Pin::new(future).poll(&mut context)
 }
+
+/// Waits until `condition` holds, for work a background thread does (up to
+/// a minute: a synchronisation, not a speed check); panics with `what`.
+pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
