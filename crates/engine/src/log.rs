@@ -54,8 +54,9 @@ const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// blocks; an append asks it to top up once less than half is left.
 const RESERVE_AHEAD: u64 = 8 << 20;
 /// Blocks reserved per hold of the log lock: the zeros are written under
-/// it, so this bounds how long an append can wait behind them (a fraction
-/// of a millisecond).
+/// it, so this bounds how long an append can wait behind them (a `pwrite`
+/// of 256 KiB to the page cache: usually well under a millisecond, longer
+/// when the kernel throttles writers with too many dirty pages).
 const RESERVE_STEP: u64 = 256 << 10;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
@@ -329,8 +330,7 @@ impl Log {
         }
         let ask_reserve = state.reservable
             && !state.reserve_asked
-            && state.end + RESERVE_AHEAD / 2 > state.reserved
-            && state.end < self.segment_bytes_max;
+            && state.reserved < (state.end + RESERVE_AHEAD / 2).min(self.segment_bytes_max);
         state.reserve_asked |= ask_reserve;
         let wanted =
             (state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX).then(|| lsn(state.active.id, state.end));
@@ -348,19 +348,22 @@ impl Log {
 
     /// Reserves the active segment's blocks up to [`RESERVE_AHEAD`] past its
     /// end (or the segment's size limit), one [`RESERVE_STEP`] per hold of
-    /// the log lock. Runs on the sync thread.
-    fn reserve_ahead(&self) {
-        for _ in 0..2 * RESERVE_AHEAD / RESERVE_STEP {
+    /// the log lock, at most `steps` of them. Runs on the sync thread.
+    /// Returns whether it is done: the reserve reached its goal or cannot
+    /// grow.
+    fn reserve_ahead(&self, steps: u64) -> bool {
+        for _ in 0..steps {
             let mut state = self.state.lock();
             let from = state.reserved.max(state.end);
             let goal = (state.end + RESERVE_AHEAD).min(self.segment_bytes_max);
             if !state.reservable || goal <= from {
-                break;
+                state.reserve_asked = false;
+                return true;
             }
             let target = (from - from % RESERVE_STEP + RESERVE_STEP).min(goal);
             self.reserve(&mut state, target);
         }
-        self.state.lock().reserve_asked = false;
+        false
     }
 
     /// Reserves the active segment's blocks up to `target`. A failure (say,
@@ -617,12 +620,24 @@ impl Log {
                 if sync.shutdown {
                     return;
                 }
+                let pending = sync.requested > self.synced_lsn.load(Ordering::Acquire);
                 if std::mem::take(&mut sync.reserve_wanted) {
+                    // Committers waiting for a sync get it after one step.
+                    let committers_wait = pending && self.durability == Durability::Always;
+                    let steps = if committers_wait {
+                        1
+                    } else {
+                        2 * RESERVE_AHEAD / RESERVE_STEP
+                    };
                     drop(sync);
-                    self.reserve_ahead();
+                    if !self.reserve_ahead(steps) {
+                        self.sync.lock().reserve_wanted = true;
+                        if committers_wait {
+                            let _ = self.sync_round();
+                        }
+                    }
                     continue;
                 }
-                let pending = sync.requested > self.synced_lsn.load(Ordering::Acquire);
                 if !pending || sync.failed.is_some() {
                     let wait = SYNC_INTERVAL.saturating_sub(last_sync.elapsed());
                     if self.durability == Durability::Always || wait > Duration::ZERO {
