@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from conftest import LARDER_BIN, REPO_ROOT, run_script
 
@@ -57,7 +58,9 @@ def test_compare_script_measures_every_cell(tmp_path):
     assert list((results / "charts").glob("*.svg")), "no charts written"
 
 
-def test_sql_experiments_script_measures_every_server(tmp_path):
+def run_sql_experiments(tmp_path, **settings) -> Path:
+    """Runs sql_experiments.sh at smoke size with `settings` as extra
+    environment; asserts it succeeded and returns its results directory."""
     results = tmp_path / "results"
     env = dict(
         os.environ,
@@ -65,10 +68,16 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
         LARDER=LARDER_BIN,
         RESULTS_DIR=str(results),
         TMPDIR=str(tmp_path),
+        **settings,
     )
     log = tmp_path / "sql.log"
     status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status == 0, log.read_text()[-4000:]
+    return results
+
+
+def test_sql_experiments_script_measures_every_server(tmp_path):
+    results = run_sql_experiments(tmp_path)
 
     report = json.loads((results / "sql-experiments.json").read_text())
     expected = {
@@ -87,21 +96,13 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
 
 
 def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
-    results = tmp_path / "results"
-    env = dict(
-        os.environ,
-        SMOKE="1",
+    results = run_sql_experiments(
+        tmp_path,
         EXPERIMENTS="B",
         SERVERS_B="larder mariadb-innodb",
         SERVER_CPUS="0",
         CLIENT_CPUS="0",
-        LARDER=LARDER_BIN,
-        RESULTS_DIR=str(results),
-        TMPDIR=str(tmp_path),
     )
-    log = tmp_path / "sql.log"
-    status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
-    assert status == 0, log.read_text()[-4000:]
 
     commands = (results / "sql-raw" / "commands.txt").read_text().splitlines()
     for label in ("B start larder", "B start mariadb", "B larder run1", "B mariadb-innodb run1"):
