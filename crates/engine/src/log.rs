@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::fs::{join, Fs};
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::Counters;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -450,13 +450,7 @@ impl Log {
         self.write_out(state)?;
         self.release_reservation(state)?;
         let old = Arc::clone(&state.active);
-        {
-            let _io = self.sync_io.lock();
-            if let Some(reason) = self.sync_failure() {
-                return Err(Error::WritesFailing(reason));
-            }
-            self.sync_file(&old)?;
-        }
+        drop(self.sync_file(&old)?);
         let header = self.next_segment_header();
         let new = create_segment(&*self.fs, &self.dir, header)?;
         self.segments.insert(Arc::clone(&new));
@@ -491,8 +485,15 @@ impl Log {
         }
     }
 
-    /// `fdatasync` of one file, recording a failure as sticky.
-    fn sync_file(&self, segment: &Segment) -> Result<()> {
+    /// `fdatasync` of one file, recording a failure as sticky; refused
+    /// after any failed sync. Syncs are serialised: the `sync_io` guard it
+    /// returns lets the caller publish the result before another sync runs
+    /// (see [`Log::sync_and_publish`]).
+    fn sync_file(&self, segment: &Segment) -> Result<MutexGuard<'_, ()>> {
+        let io = self.sync_io.lock();
+        if let Some(reason) = self.sync_failure() {
+            return Err(Error::WritesFailing(reason));
+        }
         let started = Instant::now();
         let result = segment.file.sync_data();
         self.counters.record_fsync(started.elapsed());
@@ -506,7 +507,8 @@ impl Log {
             drop(sync);
             wake(wakers);
             error
-        })
+        })?;
+        Ok(io)
     }
 
     /// Publishes a sync up to `position` and wakes the committers it
@@ -694,14 +696,9 @@ impl Log {
     /// their results, so no success is published while a failure that came
     /// before it is still unrecorded.
     fn sync_and_publish(&self, segment: &Segment, position: u64) -> Result<()> {
-        {
-            let _io = self.sync_io.lock();
-            if let Some(reason) = self.sync_failure() {
-                return Err(Error::WritesFailing(reason));
-            }
-            self.sync_file(segment)?;
-            self.mark_synced(position);
-        }
+        let io = self.sync_file(segment)?;
+        self.mark_synced(position);
+        drop(io);
         self.forget_synced(segment, position);
         Ok(())
     }
