@@ -194,6 +194,22 @@ impl FsFile for OsFile {
 /// overwritten in place (so writing them through a mapping cannot fail for
 /// lack of space): ext2/3/4, XFS or tmpfs.
 fn reserves_blocks_in_place(file: &File) -> io::Result<bool> {
+    let kind = fs_type(file)?;
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "the magic constants have different types on other targets"
+    )]
+    let known = [
+        libc::EXT4_SUPER_MAGIC as i64,
+        libc::XFS_SUPER_MAGIC as i64,
+        libc::TMPFS_MAGIC as i64,
+    ]
+    .contains(&kind);
+    Ok(known)
+}
+
+/// The type (`f_type`, a magic number) of the file system `file` is on.
+fn fs_type(file: &File) -> io::Result<i64> {
     let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: fstatfs takes a valid open descriptor, owned by `file`, and
     // writes a `statfs` to the pointer, which points to one.
@@ -205,15 +221,9 @@ fn reserves_blocks_in_place(file: &File) -> io::Result<bool> {
     let kind = unsafe { stats.assume_init() }.f_type;
     #[allow(
         clippy::unnecessary_cast,
-        reason = "f_type and the magic constants have different types on other targets"
+        reason = "f_type's type differs between targets"
     )]
-    let known = [
-        libc::EXT4_SUPER_MAGIC as i64,
-        libc::XFS_SUPER_MAGIC as i64,
-        libc::TMPFS_MAGIC as i64,
-    ]
-    .contains(&(kind as i64));
-    Ok(known)
+    Ok(kind as i64)
 }
 
 /// Holds an `flock` until dropped (closing the descriptor releases it).
@@ -345,7 +355,7 @@ mod tests {
         assert_eq!(&bytes[..6], b"mapped");
         assert_eq!(&bytes[5000..5007], b"written");
         assert!(bytes[5007..].iter().all(|&b| b == 0));
-        if !matches!(fs_kind(&path), Kind::Ext4OrXfs) {
+        if !is_ext4_or_xfs(&path) {
             return;
         }
         // The reserved blocks are ordinary written blocks: overwriting them
@@ -361,28 +371,13 @@ mod tests {
         }
     }
 
-    enum Kind {
-        Ext4OrXfs,
-        Other,
-    }
-
-    fn fs_kind(path: &Path) -> Kind {
-        let file = File::open(path).unwrap();
-        let mut stats = std::mem::MaybeUninit::<libc::statfs>::uninit();
-        // SAFETY: a valid descriptor and a pointer to a `statfs`.
-        assert_eq!(
-            unsafe { libc::fstatfs(file.as_raw_fd(), stats.as_mut_ptr()) },
-            0
-        );
-        // SAFETY: fstatfs returned 0, so it filled the struct.
-        #[allow(clippy::unnecessary_cast, reason = "f_type differs by target")]
-        let kind = unsafe { stats.assume_init() }.f_type as i64;
-        #[allow(clippy::unnecessary_cast, reason = "the constants differ by target")]
-        if kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64 {
-            Kind::Ext4OrXfs
-        } else {
-            Kind::Other
-        }
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "the magic constants have different types on other targets"
+    )]
+    fn is_ext4_or_xfs(path: &Path) -> bool {
+        let kind = fs_type(&File::open(path).unwrap()).unwrap();
+        kind == libc::EXT4_SUPER_MAGIC as i64 || kind == libc::XFS_SUPER_MAGIC as i64
     }
 
     const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
