@@ -17,6 +17,13 @@ Targets:
   28-byte record header plus key plus value, for every key (Larder's record
   layout, crates/engine/src/record.rs). The server's own `larder_live_bytes`
   is shown beside it as a cross-check.
+
+CPU: where samples.jsonl carries CPU ticks (the machine's from /proc/stat,
+the server's and the load generator's from /proc/PID/stat), each interval
+gets the vCPUs that the server, the load generator and the host's steal took
+during it, and the slow intervals (below 90% of the median interval) are
+compared with the others, so that a dip can be put down to the server or to
+the machine.
 """
 
 from __future__ import annotations
@@ -122,6 +129,100 @@ def disk_target(samples: list[dict], live_bytes: int) -> dict:
     }
 
 
+# ------------------------------------------------------------------- CPU
+SLOW_FRACTION = 0.9
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cumulative_at(points: list[tuple[float, float]], t: float, slack: float = 1.0) -> float | None:
+    """A cumulative counter at time t, interpolated between the samples around
+    it; None outside the sampled span (give or take `slack` seconds)."""
+    if not points or t < points[0][0] - slack or t > points[-1][0] + slack:
+        return None
+    if t <= points[0][0]:
+        return points[0][1]
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    return points[-1][1]
+
+
+def cpu_by_interval(intervals: list[dict], samples: list[dict], ticks_per_second: float) -> list[dict | None]:
+    """Per interval: vCPUs used by the server and the load generator, vCPUs
+    stolen by the host, and vCPUs idle (idle + iowait), from the cumulative
+    tick counts interpolated at the interval's ends. None where the samples
+    do not cover the interval or carry no CPU figures."""
+    def series(value_of) -> list[tuple[float, float]]:
+        out = []
+        for smp in samples:
+            value = value_of(smp)
+            if value is not None:
+                out.append((smp["t"], float(value)))
+        return out
+
+    machine = {f: series(lambda smp, f=f: (smp.get("cpu_ticks") or {}).get(f)) for f in CPU_FIELDS}
+    server = series(lambda smp: smp.get("server_cpu_ticks"))
+    client = series(lambda smp: smp.get("client_cpu_ticks"))
+
+    def used(points, start, end) -> float | None:
+        a, b = cumulative_at(points, start), cumulative_at(points, end)
+        return (b - a) / ticks_per_second / (end - start) if a is not None and b is not None else None
+
+    rows = []
+    for i in intervals:
+        start, end = i["start_seconds"], i["end_seconds"]
+        if end <= start or ticks_per_second <= 0:
+            rows.append(None)
+            continue
+        each = {f: used(machine[f], start, end) for f in CPU_FIELDS}
+        if any(v is None for v in each.values()):
+            rows.append(None)
+            continue
+        rows.append({
+            "server_vcpus": used(server, start, end),
+            "client_vcpus": used(client, start, end),
+            "steal_vcpus": each["steal"],
+            "idle_vcpus": each["idle"] + each["iowait"],
+            "machine_vcpus": sum(each.values()),
+        })
+    return rows
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def slow_interval_summary(intervals: list[dict], cpu: list[dict | None]) -> dict | None:
+    """The intervals below SLOW_FRACTION x the median interval's ops/s, and the
+    mean CPU figures in them against the other intervals."""
+    rates = sorted(i["ops_per_second"] for i in intervals)
+    if not rates or not any(c is not None for c in cpu):
+        return None
+    median = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+    slow = [k for k, i in enumerate(intervals) if i["ops_per_second"] < SLOW_FRACTION * median]
+
+    def averages(indexes: list[int]) -> dict:
+        rows = [cpu[k] for k in indexes if cpu[k] is not None]
+        return {
+            "intervals": len(indexes),
+            "ops_per_second": mean([intervals[k]["ops_per_second"] for k in indexes]),
+            **{field: mean([r[field] for r in rows if r[field] is not None])
+               for field in ("server_vcpus", "client_vcpus", "steal_vcpus", "idle_vcpus")},
+        }
+
+    return {
+        "median_ops_per_second": median,
+        "slow_below_ops_per_second": SLOW_FRACTION * median,
+        "slow_indexes": slow,
+        "slow": averages(slow),
+        "others": averages([k for k in range(len(intervals)) if k not in slow]),
+    }
+
+
+def fmt_vcpus(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 # ----------------------------------------------------------------- chart
 def nice_step(x: float) -> float:
     """The smallest of 1, 2, 2.5, 5 (times a power of ten) at least x."""
@@ -199,9 +300,11 @@ def panel(out: list, x0: float, y0: float, w: float, h: float, title: str, x_max
                    f'transform="rotate(90 {x0 + w + 52} {y0 + h / 2})" text-anchor="middle">{escape(right["label"])}</text>')
 
 
-def chart_svg(title: str, intervals: list[dict], samples: list[dict], live_bytes: int) -> str:
+def chart_svg(title: str, intervals: list[dict], samples: list[dict], live_bytes: int,
+              cpu: list[dict | None], nproc: float) -> str:
     width, left_pad, plot_w, ph, gap = 860, 80, 700, 220, 90
-    height = 60 + 2 * (ph + gap)
+    panels = 3 if any(c is not None for c in cpu) else 2
+    height = 60 + panels * (ph + gap)
     x_max = max([i["end_seconds"] for i in intervals] + [s["t"] for s in samples] + [1.0])
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -232,6 +335,16 @@ def chart_svg(title: str, intervals: list[dict], samples: list[dict], live_bytes
         {"points": [(0, 2 * live_bytes), (x_max, 2 * live_bytes)], "color": "#b22222", "axis": "left",
          "label": "2x live (target)", "dash": "2,3"},
     ])
+    if panels == 3:
+        def line(field: str) -> list:
+            return [(t, c[field] if c else None) for t, c in zip(mid, cpu)]
+        vcpus = axis("vCPUs", max([nproc] + [c["machine_vcpus"] for c in cpu if c]), lambda v: f"{v:g}", unit=0.25)
+        panel(out, left_pad, 60 + 2 * (ph + gap), plot_w, ph, "CPU per interval (vCPUs busy)", x_max, vcpus, None, [
+            {"points": line("server_vcpus"), "color": "#2e7d32", "axis": "left", "label": "server"},
+            {"points": line("client_vcpus"), "color": "#4c78a8", "axis": "left", "label": "load generator"},
+            {"points": line("steal_vcpus"), "color": "#e45756", "axis": "left", "label": "stolen by the host"},
+            {"points": line("idle_vcpus"), "color": "#999999", "axis": "left", "label": "idle", "dash": "4,3"},
+        ])
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
@@ -270,6 +383,10 @@ def build(results_dir: Path, name: str) -> dict:
     live = live_data_bytes(settings["key_count"], prefix_bytes, settings["value_bytes_max"])
     duration = settings["duration_seconds"] or bench["measured_seconds"]
     server_live = [s["larder_live_bytes"] for s in samples if s.get("larder_live_bytes") is not None]
+    ticks_per_second = float(machine.get("clock_ticks_per_second", "100"))
+    cpu = cpu_by_interval(intervals, samples, ticks_per_second)
+    for interval, figures in zip(intervals, cpu):
+        interval["cpu"] = figures
     return {
         "machine": machine,
         "settings": settings,
@@ -290,6 +407,7 @@ def build(results_dir: Path, name: str) -> dict:
             "server_live_bytes_last": server_live[-1] if server_live else None,
         },
         "intervals": intervals,
+        "slow_intervals": slow_interval_summary(intervals, cpu),
         "samples": samples,
         "targets": [throughput_target(intervals, duration), disk_target(samples, live)],
     }
@@ -352,15 +470,24 @@ def markdown(doc: dict, name: str) -> str:
         "",
         f"![sustained writes]({name}.svg)",
         "",
+    ]
+    md += slow_interval_markdown(doc.get("slow_intervals"))
+    md += [
         "## Intervals",
         "",
-        "| # | seconds | requests | ops/s | p50 | p99 | max |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "CPU columns are vCPUs busy during the interval (1.00 = one vCPU the whole time): the server's and the "
+        "load generator's user + system time, and the time the host stole from this machine.",
+        "",
+        "| # | seconds | requests | ops/s | p50 | p99 | max | server CPU | load generator CPU | stolen |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for i in doc["intervals"]:
+        c = i.get("cpu") or {}
         md.append(
             f"| {i['index']} | {i['start_seconds']:.1f}-{i['end_seconds']:.1f} | {i['requests']:,} | "
-            f"{i['ops_per_second']:,.0f} | {fmt_us(i['p50_us'])} | {fmt_us(i['p99_us'])} | {fmt_us(i['max_us'])} |"
+            f"{i['ops_per_second']:,.0f} | {fmt_us(i['p50_us'])} | {fmt_us(i['p99_us'])} | {fmt_us(i['max_us'])} | "
+            f"{fmt_vcpus(c.get('server_vcpus'))} | {fmt_vcpus(c.get('client_vcpus'))} | "
+            f"{fmt_vcpus(c.get('steal_vcpus'))} |"
         )
     md += [
         "",
@@ -385,6 +512,32 @@ def markdown(doc: dict, name: str) -> str:
     return "\n".join(md)
 
 
+def slow_interval_markdown(summary: dict | None) -> list[str]:
+    if summary is None:
+        return []
+    md = ["## Slow intervals and CPU", ""]
+    slow, others = summary["slow"], summary["others"]
+    if not summary["slow_indexes"]:
+        md += [f"No interval was below 90% of the median interval ({fmt_ops(summary['median_ops_per_second'])} "
+               "ops/s).", ""]
+        return md
+    md += [
+        f"{slow['intervals']} of {slow['intervals'] + others['intervals']} intervals were below 90% of the median "
+        f"interval ({fmt_ops(summary['median_ops_per_second'])} ops/s): "
+        + ", ".join(f"#{k}" for k in summary["slow_indexes"]) + ". Mean figures in them against the others:",
+        "",
+        "| intervals | ops/s | server CPU | load generator CPU | stolen by the host | idle |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, row in (("slow", slow), ("others", others)):
+        md.append(f"| {label} ({row['intervals']}) | {fmt_ops(row['ops_per_second'])} | "
+                  f"{fmt_vcpus(row['server_vcpus'])} | {fmt_vcpus(row['client_vcpus'])} | "
+                  f"{fmt_vcpus(row['steal_vcpus'])} | {fmt_vcpus(row['idle_vcpus'])} |")
+    md += ["", "CPU figures are vCPUs busy on average (user + system time; stolen: the host's steal time; "
+           "idle: idle + iowait).", ""]
+    return md
+
+
 def main() -> int:
     if len(sys.argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -399,7 +552,8 @@ def main() -> int:
     title = (f"Sustained overwrites: {doc['settings']['key_count']:,} keys, "
              f"{doc['settings']['value_bytes_max']} B values, durability everysec")
     (results_dir / f"{name}.svg").write_text(
-        chart_svg(title, doc["intervals"], doc["samples"], doc["live_data"]["bytes"]))
+        chart_svg(title, doc["intervals"], doc["samples"], doc["live_data"]["bytes"],
+                  [i.get("cpu") for i in doc["intervals"]], float(doc["machine"].get("nproc", "1"))))
     (results_dir / f"{name}.md").write_text(markdown(doc, name))
     for t in doc["targets"]:
         print(f"{'met' if t['met'] else 'NOT met'}: {t['target']}: {t['value']}")

@@ -7,8 +7,10 @@
 # chosen keys of that same set (100% sets) for DURATION, printing and
 # recording throughput and latency every INTERVAL (`larder bench --interval`).
 # In parallel, every SAMPLE_INTERVAL it records the data directory's disk use
-# (du) and the server's live/dead bytes, segment count and compaction
-# counters (`stats`). benchmarks/sustained_report.py then writes
+# (du), the server's live/dead bytes, segment count and compaction counters
+# (`stats`), and CPU time: the machine's (/proc/stat, steal included) and
+# the server's and the load generator's own (/proc/PID/stat), so that a slow
+# interval can be put down to the server or to the machine. benchmarks/sustained_report.py then writes
 # RESULTS_DIR/<name>.json, <name>.md and <name>.svg, and says whether the
 # targets were met: last minute's throughput within 10% of the first
 # minute's, and disk use at most 2x the live data.
@@ -151,6 +153,8 @@ fi
 DATA_DIR="$WORK_DIR/data"
 mkdir -p "$DATA_DIR"
 SAMPLER_STOP="$WORK_DIR/sampler.stop"
+# The load generator's PID, for the sampler (which starts before it).
+BENCH_PID_FILE="$WORK_DIR/bench.pid"
 
 # ------------------------------------------------------- process lifecycle
 SERVER_PID=""
@@ -216,6 +220,7 @@ overwrite_args=("${common_bench[@]}" --key-pattern uniform -t "$threads" -c "$pe
     echo "settings: DURATION=$DURATION INTERVAL=$INTERVAL SAMPLE_INTERVAL=$SAMPLE_INTERVAL KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS=$CONNS PIPELINE=$PIPELINE CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SEGMENT_BYTES=${SEGMENT_BYTES:-default} SEED=$SEED"
     echo "key_prefix: $KEY_PREFIX"
     echo "sample_interval: $SAMPLE_SECONDS"
+    echo "clock_ticks_per_second: $(getconf CLK_TCK)"
     echo "invocation: $INVOCATION"
     echo "server_command: $(printf '%q ' "$LARDER" "${serve_args[@]}")"
     echo "preload_command: $(printf '%q ' "$LARDER" "${preload_args[@]}")"
@@ -231,21 +236,45 @@ log "preloading $KEYS keys of $VALUE_SIZE bytes"
 
 # ----------------------------------------------------------------- sampler
 # One JSON object per line: wall time, du of the data dir (allocated and
-# apparent bytes), and the server's figures about live and dead data,
-# segments and compaction.
+# apparent bytes), the server's figures about live and dead data, segments
+# and compaction, and cumulative CPU ticks: the machine's ("cpu_ticks", the
+# first line of /proc/stat by name) and the server's and the load
+# generator's user + system time ("server_cpu_ticks", "client_cpu_ticks").
 STAT_FIELDS="curr_items bytes larder_disk_bytes larder_live_bytes larder_dead_bytes larder_segments
 larder_compactions larder_compaction_bytes_read larder_compaction_bytes_written
 larder_log_bytes_written larder_write_errors larder_writes_failing"
 
+CPU_FIELDS=(user nice system idle iowait irq softirq steal)
+
+# utime + stime of a process in clock ticks (fields 14 and 15 of
+# /proc/PID/stat, counted after the parenthesised command name), or null.
+process_ticks() {
+    local pid="$1" stat
+    [[ -n "$pid" ]] && stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || { echo null; return; }
+    stat="${stat##*) }"
+    awk '{ print $12 + $13 }' <<<"$stat"
+}
+
 sample_once() {
-    local now du_bytes apparent_bytes stats field value json
+    local now du_bytes apparent_bytes stats field value json json_cpu cpu i bench_pid=""
+    local server_ticks client_ticks
+    [[ -s "$BENCH_PID_FILE" ]] && bench_pid="$(<"$BENCH_PID_FILE")"
+    # The CPU figures first and together, so that they describe one moment.
     now="$EPOCHREALTIME"
+    read -r -a cpu </proc/stat
+    server_ticks="$(process_ticks "$SERVER_PID")"
+    client_ticks="$(process_ticks "$bench_pid")"
+    json_cpu=""
+    for i in "${!CPU_FIELDS[@]}"; do
+        json_cpu+="${json_cpu:+, }\"${CPU_FIELDS[$i]}\": ${cpu[$((i + 1))]}"
+    done
     # Files come and go under compaction: du may complain about one it
     # listed and could not stat; its total is still the directory's.
     du_bytes="$(du -s -B1 "$DATA_DIR" 2>/dev/null | awk '{print $1}')" || true
     apparent_bytes="$(du -s -b "$DATA_DIR" 2>/dev/null | awk '{print $1}')" || true
     stats="$(server_stats "$PORT" 2>/dev/null)" || stats=""
     json="{\"time\": $now, \"du_bytes\": ${du_bytes:-null}, \"du_apparent_bytes\": ${apparent_bytes:-null}"
+    json+=", \"cpu_ticks\": {$json_cpu}, \"server_cpu_ticks\": $server_ticks, \"client_cpu_ticks\": $client_ticks"
     for field in $STAT_FIELDS; do
         value="$(awk -v f="$field" '$1 == f {print $2}' <<<"$stats")"
         [[ "$value" =~ ^[0-9]+$ ]] || value=null
@@ -279,6 +308,7 @@ SAMPLER_PID=$!
 # command runs, but not while it waits).
 "$LARDER" "${overwrite_args[@]}" >"$RAW/overwrite.json" 2> >(tee "$RAW/overwrite.stderr" >&2) &
 BENCH_PID=$!
+echo "$BENCH_PID" >"$BENCH_PID_FILE"
 bench_status=0
 wait "$BENCH_PID" || bench_status=$?
 BENCH_PID=""

@@ -4,7 +4,8 @@ Runs the whole script (server, preload, overwrites with `larder bench
 --interval`, disk and stats sampler, report) for 6 seconds over 20,000 keys
 and checks that its outputs exist and agree with each other: one interval per
 2 seconds, each with replies, adding up to the run's total; disk samples with
-the server's figures; live data computed the same way the report says.
+the server's figures and CPU ticks; each interval's CPU shares; live data
+computed the same way the report says.
 """
 
 from __future__ import annotations
@@ -82,6 +83,27 @@ def test_sustained_writes_script_produces_consistent_results(tmp_path: Path) -> 
         assert sample["larder_writes_failing"] == 0, sample
         for field in ("larder_live_bytes", "larder_dead_bytes", "larder_segments", "larder_compactions"):
             assert isinstance(sample[field], int), (field, sample)
+
+    # CPU: the machine's ticks in every sample, the server's while it ran,
+    # and from them each interval's share of the vCPUs, which cannot much
+    # exceed the machine's (ticks are 10 ms apart and a virtual machine's
+    # steal accounting is approximate: a quarter's slack; a wrong unit would
+    # be off by 100x).
+    for sample in samples:
+        assert set(sample["cpu_ticks"]) == {"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"}
+        assert all(isinstance(v, int) for v in sample["cpu_ticks"].values()), sample
+        assert isinstance(sample["server_cpu_ticks"], int), sample
+    assert samples[-1]["server_cpu_ticks"] > samples[0]["server_cpu_ticks"], "the server worked"
+    most = int(doc["machine"]["nproc"]) * 1.25
+    for interval in intervals[:-1]:
+        cpu = interval["cpu"]
+        assert cpu is not None, interval
+        assert 0 < cpu["server_vcpus"] <= most and 0 < cpu["client_vcpus"] <= most, cpu
+        assert 0 <= cpu["steal_vcpus"] <= cpu["machine_vcpus"] <= most, cpu
+    summary = doc["slow_intervals"]
+    assert summary["slow"]["intervals"] + summary["others"]["intervals"] == len(intervals), summary
+    assert all(intervals[k]["ops_per_second"] < summary["slow_below_ops_per_second"] for k in summary["slow_indexes"])
+    assert "## Slow intervals and CPU" in md and "| server CPU | load generator CPU | stolen |" in md
 
     # Live data: KEYS x record size, which is also what the server counts.
     live = record_bytes_of_every_key(KEYS)
