@@ -10,12 +10,18 @@
 //! blocks reserved up to [`RESERVE_AHEAD`] past its end
 //! ([`FsFile::allocate`](crate::fs::FsFile::allocate), which writes zeros:
 //! too slow for the append path, and what keeps each later `fdatasync` to
-//! the data alone); an append inside the reserved part is copied to the file at once, through
-//! a shared mapping with no system call, so it survives `kill -9` before it
-//! is even committed. Where blocks cannot be reserved, the buffer is written
-//! with one `pwrite` by whoever commits first, or by the sync thread. The
-//! reserved tail of the active segment is zeros, which recovery tells apart
-//! from a torn write; sealing a segment cuts it off.
+//! the data alone). Under `EverySec` and `None` an append inside the
+//! reserved part is copied to the file at once, through a shared mapping
+//! with no system call, so it survives `kill -9` before it is even
+//! committed; where blocks cannot be reserved, the buffer is written with
+//! one `pwrite` by whoever commits first, or by the sync thread. Under
+//! `Always` nothing is acknowledged before a sync, so the request path
+//! writes nothing: the sync thread writes each group with one `pwrite` just
+//! before its `fdatasync`, and the log is not mapped, since every
+//! `fdatasync` would make the mapped pages read-only again (see
+//! [`FsFile::map_reserved_writes`](crate::fs::FsFile::map_reserved_writes)).
+//! The reserved tail of the active segment is zeros, which recovery tells
+//! apart from a torn write; sealing a segment cuts it off.
 //!
 //! Positions are log sequence numbers: `segment_id << 32 | offset`, so they
 //! grow across segments. Invariants: `synced <= written <= end` of the log.
@@ -324,7 +330,8 @@ impl Log {
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
-        if state.end <= state.reserved || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
+        let cheap = state.end <= state.reserved && self.durability != Durability::Always;
+        if cheap || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
             // A failure here is retried by the next commit, which reports it.
             let _ = self.write_out(&mut state);
         }
@@ -371,7 +378,9 @@ impl Log {
     /// unreserved from then on: writes then go out by `pwrite`, whose own
     /// error is the one reported.
     fn reserve(&self, state: &mut LogState, target: u64) {
-        match state.active.file.allocate(target) {
+        let file = &state.active.file;
+        file.map_reserved_writes(self.durability != Durability::Always);
+        match file.allocate(target) {
             Ok(true) => state.reserved = target,
             Ok(false) => state.reservable = false,
             Err(error) => {
@@ -566,13 +575,17 @@ impl Log {
         if ticket == Ticket::NONE {
             return Ok(());
         }
-        self.ensure_written(ticket)?;
         if self.durability != Durability::Always {
-            return Ok(());
+            return self.ensure_written(ticket);
         }
-        let mut sync = self.sync.lock();
         let mut counted = false;
         loop {
+            // The sync thread writes the group out; a committer writes only
+            // to retry a failed write and report its error.
+            if self.write_failing.load(Ordering::Acquire) {
+                self.ensure_written(ticket)?;
+            }
+            let mut sync = self.sync.lock();
             if let Some(reason) = &sync.failed {
                 return Err(Error::WritesFailing(reason.clone()));
             }
@@ -589,7 +602,9 @@ impl Log {
         }
     }
 
-    /// Writes the buffer out if `ticket` is not yet written.
+    /// Writes the buffer out if `ticket` is not yet written. Under `Always`
+    /// the sync thread writes; a committer calls this only when the last
+    /// write failed, to retry it and report its error.
     fn ensure_written(&self, ticket: Ticket) -> Result<()> {
         if self.written_lsn.load(Ordering::Acquire) >= ticket.0 {
             return Ok(());
@@ -607,7 +622,6 @@ impl Log {
         CommitFuture {
             log: Arc::clone(self),
             ticket,
-            written: false,
             waiting: false,
         }
     }
@@ -913,7 +927,6 @@ fn wake(wakers: Vec<(u64, Waker)>) {
 pub struct CommitFuture {
     log: Arc<Log>,
     ticket: Ticket,
-    written: bool,
     waiting: bool,
 }
 
@@ -925,17 +938,18 @@ impl Future for CommitFuture {
         if ticket == Ticket::NONE {
             return Poll::Ready(Ok(()));
         }
-        if !self.written {
+        let log = &self.log;
+        if log.durability != Durability::Always {
             // A write(2) to the page cache: short enough to do inline.
-            if let Err(error) = self.log.ensure_written(ticket) {
+            return Poll::Ready(log.ensure_written(ticket));
+        }
+        // Under `Always` the sync thread writes the group out; a committer
+        // writes only to retry a failed write and report its error.
+        if log.write_failing.load(Ordering::Acquire) {
+            if let Err(error) = log.ensure_written(ticket) {
                 return Poll::Ready(Err(error));
             }
-            self.written = true;
         }
-        if self.log.durability != Durability::Always {
-            return Poll::Ready(Ok(()));
-        }
-        let log = &self.log;
         // A ticket at or below the synced position is durable, whatever
         // failed since: after a failed sync the position only moves again
         // once `heal` has made everything before it durable.

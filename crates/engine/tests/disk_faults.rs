@@ -110,7 +110,7 @@ fn a_failed_write_is_retried_by_the_next_commit() {
     let config = config(Durability::Always);
     let engine = open(&fs, &config, &clock);
     acknowledged(&engine, 0..5);
-    // Both the append's own write-out and the commit's retry fail.
+    // Both the sync thread's write-out and the commit's retry fail.
     fs.inject(FaultKind::Eio);
     let error = store_and_commit(&engine, b"retried", b"r").unwrap_err();
     fs.clear_faults();

@@ -92,3 +92,62 @@ fn reserving_on_real_files_never_overwrites_the_log() {
     let report = engine.recovery_report();
     assert_eq!(report.truncated_bytes, 0, "{report:?}");
 }
+
+/// Whether this process maps any file under `dir` (/proc/self/maps).
+fn maps_a_file_under(dir: &Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let dir = dir.to_str().unwrap();
+    maps.lines().any(|line| line.contains(dir))
+}
+
+#[test]
+fn under_always_the_log_is_written_with_pwrite_and_never_mapped() {
+    // Under `Always` every fdatasync would make mapped pages read-only
+    // again (a TLB flush on every CPU, then a fault per page), so the sync
+    // thread writes each group instead; the other modes keep the mapping.
+    for durability in [Durability::Always, Durability::EverySec] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(dir.path());
+        config.durability = durability;
+        config.background_threads = false;
+        config.segment_bytes_max = SEGMENT_BYTES;
+        let engine = Engine::open_with(config.clone(), Arc::new(OsFs), Clock::system()).unwrap();
+        let keys = keys(200);
+        // Writes until the sync thread has reserved blocks ahead of the log
+        // (the segment file grows past the records) and one more lands in
+        // them.
+        let segment_len = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|entry| entry.unwrap())
+                .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
+                .map(|entry| entry.metadata().unwrap().len())
+                .max()
+                .unwrap_or(0)
+        };
+        set(&engine, &keys[0], b"first");
+        wait_until("blocks reserved ahead of the log", || {
+            segment_len() >= 1 << 20
+        });
+        for key in &keys {
+            set(&engine, key, b"value");
+        }
+        let mapped = maps_a_file_under(dir.path());
+        match durability {
+            Durability::Always => assert!(!mapped, "the log is mapped under always"),
+            _ => assert!(
+                mapped,
+                "{durability:?}: the log is not mapped; this test sees nothing"
+            ),
+        }
+        engine.close().unwrap();
+        let engine = Engine::open_with(config, Arc::new(OsFs), Clock::system()).unwrap();
+        for key in &keys {
+            assert_eq!(
+                value(&engine, key),
+                Some(b"value".to_vec()),
+                "{durability:?}"
+            );
+        }
+    }
+}

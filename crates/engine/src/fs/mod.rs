@@ -60,6 +60,17 @@ pub trait FsFile: Send + Sync {
     /// zeros (so that overwriting them later leaves the block map alone):
     /// as slow as a write of `len` bytes, so keep it off the request path.
     fn allocate(&self, len: u64) -> io::Result<bool>;
+    /// Whether writes into the part [`FsFile::allocate`] reserved may go
+    /// through a memory mapping, as they do by default. A file synced after
+    /// nearly every write is better off without: each `fdatasync` makes the
+    /// mapped pages it writes back read-only again, which costs an
+    /// interrupt to every other CPU running the process (to flush their
+    /// TLBs) and a page fault at the next write to each page. Without it,
+    /// every write is a `pwrite`. The default does nothing: a file system
+    /// that never maps has nothing to turn off.
+    fn map_reserved_writes(&self, enabled: bool) {
+        let _ = enabled;
+    }
 }
 
 /// A file system: the operations on names the engine needs.

@@ -52,6 +52,9 @@ struct Mapped {
     window: Option<(u64, MmapMut)>,
     /// Whether the file system overwrites blocks in place (asked once).
     in_place: Option<bool>,
+    /// Set by [`FsFile::map_reserved_writes`]`(false)`: every write is a
+    /// `pwrite`.
+    unmapped: bool,
 }
 
 impl OsFile {
@@ -109,7 +112,7 @@ impl FsFile for OsFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut mapped = self.mapped.lock();
         let end = offset.checked_add(buf.len() as u64);
-        if end.is_some_and(|end| end <= mapped.reserved) {
+        if !mapped.unmapped && end.is_some_and(|end| end <= mapped.reserved) {
             match mapped.write(&self.file, buf, offset) {
                 Ok(()) => return Ok(()),
                 Err(error) => {
@@ -139,6 +142,14 @@ impl FsFile for OsFile {
         mapped.window = None;
         mapped.reserved = mapped.reserved.min(len);
         self.file.set_len(len)
+    }
+
+    fn map_reserved_writes(&self, enabled: bool) {
+        let mut mapped = self.mapped.lock();
+        mapped.unmapped = !enabled;
+        if !enabled {
+            mapped.window = None;
+        }
     }
 
     fn allocate(&self, len: u64) -> io::Result<bool> {
@@ -318,6 +329,31 @@ mod tests {
         assert_eq!(&bytes[..10], b"headinside");
         assert_eq!(&bytes[across as usize..][..10], b"0123456789");
         assert_eq!(&bytes[reserved as usize..], b"tail");
+    }
+
+    /// Whether this process maps `path` (/proc/self/maps).
+    fn mapped_here(path: &Path) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .any(|line| line.ends_with(path.to_str().unwrap()))
+    }
+
+    #[test]
+    fn with_mapped_writes_off_reserved_writes_are_pwrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let file = OsFs.create(&path).unwrap();
+        assert!(file.allocate(WINDOW_BYTES).unwrap());
+        file.write_all_at(b"mapped", 0).unwrap();
+        assert!(mapped_here(&path), "a reserved write maps the file");
+        file.map_reserved_writes(false);
+        assert!(!mapped_here(&path), "turning mapped writes off unmaps");
+        file.write_all_at(b"written", 6).unwrap();
+        assert!(!mapped_here(&path), "a reserved write maps the file again");
+        let mut buf = [0u8; 13];
+        file.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"mappedwritten");
+        assert_eq!(file.len().unwrap(), WINDOW_BYTES);
     }
 
     #[test]
