@@ -27,7 +27,9 @@
 //! grow across segments. Invariants: `synced <= written <= end` of the log.
 //!
 //! Failure: a failed `write` keeps the buffer, so the next commit retries it
-//! (a `pwrite` at the same offset is idempotent). A failed `fdatasync` is
+//! (a `pwrite` at the same offset is idempotent); under `Always` the sync
+//! thread retries it too, every [`WRITE_RETRY_PAUSE`], and still syncs what
+//! was written before it. A failed `fdatasync` is
 //! sticky: the engine cannot know which pages reached the disk, so every
 //! later commit of a write not synced before the failure fails, and the
 //! synced position stays where it was, until [`Log::heal`] has cut the
@@ -66,6 +68,8 @@ const RESERVE_AHEAD: u64 = 8 << 20;
 const RESERVE_STEP: u64 = 256 << 10;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// How long the sync thread waits before it retries a failed write.
+const WRITE_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// A position in the log; a write is durable once the log is synced past
 /// its ticket.
@@ -173,7 +177,8 @@ struct LogState {
     /// The last write-out error, cleared by the next successful one.
     write_error: Option<String>,
     /// Bytes `[0, reserved)` of the active segment have blocks, and writes
-    /// there are cheap (see the module documentation).
+    /// there are cheap, except under `Always`, where they are `pwrite`s
+    /// (see the module documentation).
     reserved: u64,
     /// Whether the active segment's file system can reserve blocks at all.
     reservable: bool,
@@ -306,7 +311,9 @@ impl Log {
     /// Appends `len` bytes of records produced by `encode` (which must write
     /// exactly `len` bytes). Returns the segment and offset they start at and
     /// the ticket to commit. The records are readable through the keydir's
-    /// cached values at once; they reach the OS at the next commit.
+    /// cached values at once; they reach the OS at once where that is cheap
+    /// (a mapped copy), or at the next commit, or under `Always` when the
+    /// sync thread writes its group.
     pub fn append(
         &self,
         len: u64,
@@ -332,7 +339,7 @@ impl Log {
         let ticket = Ticket(lsn(segment.id, state.end));
         let cheap = state.end <= state.reserved && self.durability != Durability::Always;
         if cheap || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
-            // A failure here is retried by the next commit, which reports it.
+            // A failure here is retried (and reported) by the next commit.
             let _ = self.write_out(&mut state);
         }
         let ask_reserve = state.reservable
@@ -586,11 +593,12 @@ impl Log {
                 self.ensure_written(ticket)?;
             }
             let mut sync = self.sync.lock();
-            if let Some(reason) = &sync.failed {
-                return Err(Error::WritesFailing(reason.clone()));
-            }
+            // Synced is durable, whatever failed since (as in `CommitFuture`).
             if self.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
                 return Ok(());
+            }
+            if let Some(reason) = &sync.failed {
+                return Err(Error::WritesFailing(reason.clone()));
             }
             if !counted {
                 sync.waiting += 1;
@@ -672,36 +680,47 @@ impl Log {
             }
             last_sync = Instant::now();
             // Errors are recorded (sticky for sync) and reported to committers.
-            let _ = self.sync_round();
+            if self.sync_round().is_err() && self.write_failing.load(Ordering::Acquire) {
+                // Committers retry the write themselves and get its error;
+                // this thread retries too, but not in a tight loop.
+                let deadline = Instant::now() + WRITE_RETRY_PAUSE;
+                let mut sync = self.sync.lock();
+                while !sync.shutdown
+                    && !self.sync_wanted.wait_until(&mut sync, deadline).timed_out()
+                {
+                }
+            }
         }
     }
 
     /// Writes the buffer out and, unless durability is `None`, syncs the
     /// active segment; then wakes committers the sync covered.
+    ///
+    /// If the write fails, committers are woken to retry it and get its
+    /// error, and what was written before is still synced: its committers
+    /// are acknowledged rather than left waiting for the failing write.
     pub fn sync_round(&self) -> Result<()> {
-        let (segment, position) = {
+        let (segment, position, written) = {
             let mut state = self.state.lock();
             let written = self.write_out(&mut state);
-            if let Err(error) = written {
-                drop(state);
-                self.wake_all();
-                return Err(error);
-            }
             (
                 Arc::clone(&state.active),
                 lsn(state.active.id, state.written),
+                written,
             )
         };
-        if self.durability == Durability::None {
-            return Ok(());
+        if written.is_err() {
+            self.wake_all();
         }
-        if self.synced_lsn.load(Ordering::Acquire) >= position {
-            return Ok(());
+        if self.durability == Durability::None
+            || self.synced_lsn.load(Ordering::Acquire) >= position
+        {
+            return written;
         }
         let waiting = std::mem::take(&mut self.sync.lock().waiting);
         self.sync_and_publish(&segment, position)?;
         self.counters.record_group_commit(waiting.max(1));
-        Ok(())
+        written
     }
 
     /// `fdatasync` of `segment`, which holds the log up to `position`, then

@@ -19,7 +19,8 @@ pub struct Counters {
     pub disk_reads: AtomicU64,
     /// Bytes handed to the OS by the log.
     pub log_bytes_written: AtomicU64,
-    /// Failed writes to the log (each retried by the next commit).
+    /// Failed writes to the log (retried by the next commit, and under
+    /// `always` by the sync thread, every 20 ms).
     pub write_errors: AtomicU64,
     /// `fdatasync` calls on the log, and their total and worst latency.
     pub fsyncs: AtomicU64,

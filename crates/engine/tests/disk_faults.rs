@@ -312,3 +312,83 @@ fn writes_are_refused_once_failing_writes_fill_the_buffer_and_resume_after() {
     assert_eq!(value(&engine, b"later").unwrap(), b"l");
     assert_eq!(contents(&engine, &keys(5)).len(), 5);
 }
+
+#[test]
+fn under_always_a_failing_write_is_retried_at_a_bounded_rate() {
+    // The sync thread writes under `always`; while the disk fails writes it
+    // retries them (so that writes resume by themselves) with a pause in
+    // between, not in a loop that takes the log lock as fast as it can.
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..5);
+    fs.inject(FaultKind::Eio);
+    let error = store_and_commit(&engine, b"failing", b"f").unwrap_err();
+    assert!(error.is_temporary(), "{error}");
+    let before = engine.stats().write_errors;
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let retries = engine.stats().write_errors - before;
+    fs.clear_faults();
+    // A pause of 20 ms allows about 25 retries in 500 ms; a tight loop
+    // makes thousands.
+    assert!(
+        (1..=100).contains(&retries),
+        "{retries} failed writes in 500 ms"
+    );
+    set(&engine, b"next", b"n");
+    assert_eq!(value(&engine, b"failing").unwrap(), b"f");
+    assert_eq!(contents(&engine, &keys(5)).len(), 5);
+}
+
+#[test]
+fn under_always_what_was_written_is_acknowledged_while_later_writes_fail() {
+    // Past 1 MiB of unwritten records an append writes them out itself.
+    // If the write of later records then fails, the sync thread still syncs
+    // what was written: those commits succeed instead of waiting for the
+    // failing write.
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = std::sync::Arc::new(open(&fs, &config, &clock));
+    let value_of = |i: usize| format!("{i:>1024}").into_bytes();
+    let mut tickets = Vec::new();
+    for i in 0..1100 {
+        let key = format!("k{i}");
+        let (_, ticket) = engine
+            .store(
+                StoreMode::Set,
+                key.as_bytes(),
+                &value_of(i),
+                0,
+                Expiry::Never,
+            )
+            .unwrap();
+        tickets.push(ticket);
+    }
+    fs.inject(FaultKind::Eio);
+    // Record 500 went out with the first MiB; the last one did not.
+    let (done, result) = std::sync::mpsc::channel();
+    let committer = {
+        let engine = std::sync::Arc::clone(&engine);
+        let ticket = tickets[500];
+        std::thread::spawn(move || done.send(engine.commit(ticket)).unwrap())
+    };
+    let outcome = result.recv_timeout(std::time::Duration::from_secs(10));
+    let last = engine.commit(tickets[1099]);
+    fs.clear_faults();
+    committer.join().unwrap();
+    let outcome = outcome.expect("a commit of written records waited for a failing write");
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert!(last.unwrap_err().is_temporary());
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(&fs, &config, &clock);
+    for i in 0..=500 {
+        assert_eq!(
+            value(&engine, format!("k{i}").as_bytes()),
+            Some(value_of(i)),
+            "k{i}"
+        );
+    }
+}

@@ -14,7 +14,7 @@
 //! process being killed (`kill -9`), whether it went through `pwrite` or a
 //! shared mapping of the file ([`FsFile::allocate`]).
 //!
-//! What "durable" means here: data written with [`FsFile::write_at`] is only
+//! What "durable" means here: data written with [`FsFile::write_all_at`] is only
 //! guaranteed to survive a power cut after [`FsFile::sync_data`] returns `Ok`;
 //! a file's creation, removal or rename only after [`Fs::sync_dir`] on its
 //! directory returns `Ok`. A failed sync leaves the file in an unknown state;
@@ -54,7 +54,8 @@ pub trait FsFile: Send + Sync {
     /// blocks, so that writes below `len` cannot fail for lack of space.
     /// Returns whether writes below `len` are now cheap (no system call:
     /// [`OsFs`] takes them through a shared memory mapping, which is as
-    /// durable as a `write` once it returns); `false`, having changed
+    /// durable as a `write` once it returns, unless
+    /// [`FsFile::map_reserved_writes`] turned that off); `false`, having changed
     /// nothing, where the file system cannot reserve blocks. The new length
     /// is durable only after [`FsFile::sync_data`]. [`OsFs`] writes the
     /// zeros (so that overwriting them later leaves the block map alone):

@@ -1,7 +1,8 @@
 //! The real file system, through `std::fs` and positional I/O.
 //!
 //! A file's reserved part ([`FsFile::allocate`]) is written through a shared
-//! memory mapping, one window of [`WINDOW_BYTES`] at a time: a `memcpy` into
+//! memory mapping (unless [`FsFile::map_reserved_writes`] turned that off),
+//! one window of [`WINDOW_BYTES`] at a time: a `memcpy` into
 //! the page cache instead of a `pwrite` per call, and just as safe against
 //! the process being killed. Reads stay `pread`s, which see the same pages.
 //! Blocks are reserved with `fallocate` and written with zeros before they
