@@ -12,7 +12,7 @@ mod common;
 
 use common::{config, contents, keys, open, set, value};
 use larder_engine::fs::{FaultKind, MemFs};
-use larder_engine::{Clock, Durability, Engine, Error, Expiry, StoreMode};
+use larder_engine::{Clock, Config, Durability, Engine, Error, Expiry, StoreMode};
 
 /// Stores and commits `k{i}` = `v{i}` for `range`.
 fn acknowledged(engine: &Engine, range: std::ops::Range<usize>) {
@@ -25,6 +25,17 @@ fn acknowledged(engine: &Engine, range: std::ops::Range<usize>) {
     }
 }
 
+/// An engine on a new in-memory file system, with `k0`..`k{count}`
+/// acknowledged.
+fn started(durability: Durability, count: usize) -> (MemFs, Clock, Config, Engine) {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(durability);
+    let engine = open(&fs, &config, &clock);
+    acknowledged(&engine, 0..count);
+    (fs, clock, config, engine)
+}
+
 fn store_and_commit(engine: &Engine, key: &[u8], value: &[u8]) -> Result<(), Error> {
     let (_, ticket) = engine.store(StoreMode::Set, key, value, 0, Expiry::Never)?;
     engine.commit(ticket)
@@ -32,11 +43,7 @@ fn store_and_commit(engine: &Engine, key: &[u8], value: &[u8]) -> Result<(), Err
 
 #[test]
 fn a_full_disk_fails_writes_temporarily_and_loses_nothing_acknowledged() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..20);
+    let (fs, clock, config, engine) = started(Durability::Always, 20);
     let before = contents(&engine, &keys(20));
 
     fs.inject(FaultKind::NoSpace);
@@ -105,11 +112,7 @@ fn a_full_disk_at_segment_rotation_fails_the_write_and_recovers() {
 
 #[test]
 fn a_failed_write_is_retried_by_the_next_commit() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..5);
+    let (fs, clock, config, engine) = started(Durability::Always, 5);
     // Both the sync thread's write-out and the commit's retry fail.
     fs.inject(FaultKind::Eio);
     let error = store_and_commit(&engine, b"retried", b"r").unwrap_err();
@@ -128,11 +131,7 @@ fn a_failed_write_is_retried_by_the_next_commit() {
 
 #[test]
 fn a_failed_sync_under_always_refuses_writes_until_reopened() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..20);
+    let (fs, clock, config, engine) = started(Durability::Always, 20);
     let before = contents(&engine, &keys(20));
 
     fs.inject(FaultKind::EioOnSync);
@@ -177,11 +176,7 @@ fn a_failed_sync_under_always_refuses_writes_until_reopened() {
 
 #[test]
 fn acknowledged_writes_survive_a_failed_sync_followed_by_a_power_cut() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..20);
+    let (fs, clock, config, engine) = started(Durability::Always, 20);
     let before = contents(&engine, &keys(20));
     fs.inject(FaultKind::EioOnSync);
     assert!(store_and_commit(&engine, b"extra", b"x").is_err());
@@ -194,11 +189,7 @@ fn acknowledged_writes_survive_a_failed_sync_followed_by_a_power_cut() {
 
 #[test]
 fn a_failed_background_sync_under_everysec_refuses_later_writes() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::EverySec);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..10);
+    let (fs, clock, config, engine) = started(Durability::EverySec, 10);
     engine.sync().unwrap();
     fs.inject(FaultKind::EioOnSync);
     set(&engine, b"written", b"not synced");
@@ -226,11 +217,7 @@ fn a_failed_background_sync_under_everysec_refuses_later_writes() {
 #[test]
 fn writes_resume_by_themselves_once_syncs_succeed_again() {
     for durability in [Durability::Always, Durability::EverySec] {
-        let fs = MemFs::new();
-        let clock = Clock::system();
-        let config = config(durability);
-        let engine = open(&fs, &config, &clock);
-        acknowledged(&engine, 0..20);
+        let (fs, clock, config, engine) = started(durability, 20);
         engine.sync().unwrap();
         // Acknowledged under everysec (written, not yet synced); under
         // always this write fails with the sync.
@@ -318,11 +305,7 @@ fn under_always_a_failing_write_is_retried_at_a_bounded_rate() {
     // The sync thread writes under `always`; while the disk fails writes it
     // retries them (so that writes resume by themselves) with a pause in
     // between, not in a loop that takes the log lock as fast as it can.
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    acknowledged(&engine, 0..5);
+    let (fs, _, _, engine) = started(Durability::Always, 5);
     fs.inject(FaultKind::Eio);
     let error = store_and_commit(&engine, b"failing", b"f").unwrap_err();
     assert!(error.is_temporary(), "{error}");
@@ -347,10 +330,8 @@ fn under_always_what_was_written_is_acknowledged_while_later_writes_fail() {
     // If the write of later records then fails, the sync thread still syncs
     // what was written: those commits succeed instead of waiting for the
     // failing write.
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = std::sync::Arc::new(open(&fs, &config, &clock));
+    let (fs, clock, config, engine) = started(Durability::Always, 0);
+    let engine = std::sync::Arc::new(engine);
     let value_of = |i: usize| format!("{i:>1024}").into_bytes();
     let mut tickets = Vec::new();
     for i in 0..1100 {

@@ -350,7 +350,7 @@ mod tests {
         file.map_reserved_writes(false);
         assert!(!mapped_here(&path), "turning mapped writes off unmaps");
         file.write_all_at(b"written", 6).unwrap();
-        assert!(!mapped_here(&path), "a reserved write maps the file again");
+        assert!(!mapped_here(&path), "a reserved write still maps the file");
         let mut buf = [0u8; 13];
         file.read_exact_at(&mut buf, 0).unwrap();
         assert_eq!(&buf, b"mappedwritten");
