@@ -153,7 +153,7 @@ fi
 DATA_DIR="$WORK_DIR/data"
 mkdir -p "$DATA_DIR"
 SAMPLER_STOP="$WORK_DIR/sampler.stop"
-# The load generator's PID, for the sampler (which starts before it).
+# The load generator's PID, for the sampler.
 BENCH_PID_FILE="$WORK_DIR/bench.pid"
 
 # ------------------------------------------------------- process lifecycle
@@ -301,14 +301,16 @@ sampler() {
 # -------------------------------------------------------------- overwrites
 log "overwriting uniformly chosen keys for $DURATION, $CONNS connections, pipeline $PIPELINE; a line every $INTERVAL"
 echo "$EPOCHREALTIME" >"$RAW/overwrite-start.txt"
-sampler >"$RAW/samples.jsonl" &
-SAMPLER_PID=$!
 # In the background, so that a signal to this script runs its trap at once
 # instead of after the whole phase (bash defers traps while a foreground
 # command runs, but not while it waits).
 "$LARDER" "${overwrite_args[@]}" >"$RAW/overwrite.json" 2> >(tee "$RAW/overwrite.stderr" >&2) &
 BENCH_PID=$!
+# The sampler starts once the load generator's PID is known, so that its
+# first sample already has the load generator's CPU time.
 echo "$BENCH_PID" >"$BENCH_PID_FILE"
+sampler >"$RAW/samples.jsonl" &
+SAMPLER_PID=$!
 bench_status=0
 wait "$BENCH_PID" || bench_status=$?
 BENCH_PID=""
