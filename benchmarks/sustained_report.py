@@ -472,23 +472,27 @@ def markdown(doc: dict, name: str) -> str:
         "",
     ]
     md += slow_interval_markdown(doc.get("slow_intervals"))
-    md += [
-        "## Intervals",
-        "",
-        "CPU columns are vCPUs busy during the interval (1.00 = one vCPU the whole time): the server's and the "
-        "load generator's user + system time, and the time the host stole from this machine.",
-        "",
-        "| # | seconds | requests | ops/s | p50 | p99 | max | server CPU | load generator CPU | stolen |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    # Runs sampled before the sampler recorded CPU time have no CPU columns.
+    with_cpu = any(i.get("cpu") for i in doc["intervals"])
+    md += ["## Intervals", ""]
+    if with_cpu:
+        md += [
+            "CPU columns are vCPUs busy during the interval (1.00 = one vCPU the whole time): the server's and "
+            "the load generator's user + system time, and the time the host stole from this machine.",
+            "",
+            "| # | seconds | requests | ops/s | p50 | p99 | max | server CPU | load generator CPU | stolen |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+    else:
+        md += ["| # | seconds | requests | ops/s | p50 | p99 | max |", "|---:|---|---:|---:|---:|---:|---:|"]
     for i in doc["intervals"]:
-        c = i.get("cpu") or {}
-        md.append(
-            f"| {i['index']} | {i['start_seconds']:.1f}-{i['end_seconds']:.1f} | {i['requests']:,} | "
-            f"{i['ops_per_second']:,.0f} | {fmt_us(i['p50_us'])} | {fmt_us(i['p99_us'])} | {fmt_us(i['max_us'])} | "
-            f"{fmt_vcpus(c.get('server_vcpus'))} | {fmt_vcpus(c.get('client_vcpus'))} | "
-            f"{fmt_vcpus(c.get('steal_vcpus'))} |"
-        )
+        row = (f"| {i['index']} | {i['start_seconds']:.1f}-{i['end_seconds']:.1f} | {i['requests']:,} | "
+               f"{i['ops_per_second']:,.0f} | {fmt_us(i['p50_us'])} | {fmt_us(i['p99_us'])} | {fmt_us(i['max_us'])} |")
+        if with_cpu:
+            c = i.get("cpu") or {}
+            row += (f" {fmt_vcpus(c.get('server_vcpus'))} | {fmt_vcpus(c.get('client_vcpus'))} | "
+                    f"{fmt_vcpus(c.get('steal_vcpus'))} |")
+        md.append(row)
     md += [
         "",
         "## Disk and server samples",
@@ -518,12 +522,12 @@ def slow_interval_markdown(summary: dict | None) -> list[str]:
     md = ["## Slow intervals and CPU", ""]
     slow, others = summary["slow"], summary["others"]
     if not summary["slow_indexes"]:
-        md += [f"No interval was below 90% of the median interval ({fmt_ops(summary['median_ops_per_second'])} "
-               "ops/s).", ""]
+        md += [f"No interval was below {SLOW_FRACTION:.0%} of the median interval "
+               f"({fmt_ops(summary['median_ops_per_second'])} ops/s).", ""]
         return md
     md += [
-        f"{slow['intervals']} of {slow['intervals'] + others['intervals']} intervals were below 90% of the median "
-        f"interval ({fmt_ops(summary['median_ops_per_second'])} ops/s): "
+        f"{slow['intervals']} of {slow['intervals'] + others['intervals']} intervals were below "
+        f"{SLOW_FRACTION:.0%} of the median interval ({fmt_ops(summary['median_ops_per_second'])} ops/s): "
         + ", ".join(f"#{k}" for k in summary["slow_indexes"]) + ". Mean figures in them against the others:",
         "",
         "| intervals | ops/s | server CPU | load generator CPU | stolen by the host | idle |",

@@ -153,8 +153,6 @@ fi
 DATA_DIR="$WORK_DIR/data"
 mkdir -p "$DATA_DIR"
 SAMPLER_STOP="$WORK_DIR/sampler.stop"
-# The load generator's PID, for the sampler.
-BENCH_PID_FILE="$WORK_DIR/bench.pid"
 
 # ------------------------------------------------------- process lifecycle
 SERVER_PID=""
@@ -256,14 +254,13 @@ process_ticks() {
 }
 
 sample_once() {
-    local now du_bytes apparent_bytes stats field value json json_cpu cpu i bench_pid=""
+    local now du_bytes apparent_bytes stats field value json json_cpu cpu i
     local server_ticks client_ticks
-    [[ -s "$BENCH_PID_FILE" ]] && bench_pid="$(<"$BENCH_PID_FILE")"
     # The CPU figures first and together, so that they describe one moment.
     now="$EPOCHREALTIME"
     read -r -a cpu </proc/stat
     server_ticks="$(process_ticks "$SERVER_PID")"
-    client_ticks="$(process_ticks "$bench_pid")"
+    client_ticks="$(process_ticks "$BENCH_PID")"
     json_cpu=""
     for i in "${!CPU_FIELDS[@]}"; do
         json_cpu+="${json_cpu:+, }\"${CPU_FIELDS[$i]}\": ${cpu[$((i + 1))]}"
@@ -306,9 +303,9 @@ echo "$EPOCHREALTIME" >"$RAW/overwrite-start.txt"
 # command runs, but not while it waits).
 "$LARDER" "${overwrite_args[@]}" >"$RAW/overwrite.json" 2> >(tee "$RAW/overwrite.stderr" >&2) &
 BENCH_PID=$!
-# The sampler starts once the load generator's PID is known, so that its
-# first sample already has the load generator's CPU time.
-echo "$BENCH_PID" >"$BENCH_PID_FILE"
+# The sampler starts once the load generator's PID is known (it reads
+# $BENCH_PID), so that its first sample already has its CPU time. The last
+# sample, taken here after the load generator has exited, has none.
 sampler >"$RAW/samples.jsonl" &
 SAMPLER_PID=$!
 bench_status=0

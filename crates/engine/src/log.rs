@@ -16,7 +16,9 @@
 //! committed; where blocks cannot be reserved, the buffer is written with
 //! one `pwrite` by whoever commits first, or by the sync thread. Under
 //! `Always` nothing is acknowledged before a sync, so the request path
-//! writes nothing: the sync thread writes each group with one `pwrite` just
+//! normally writes nothing (only past [`BUFFER_BYTES_SOFT_MAX`] of unwritten
+//! records, or to retry a failed write): the sync thread writes each group
+//! with one `pwrite` just
 //! before its `fdatasync`, and the log is not mapped, since every
 //! `fdatasync` would make the mapped pages read-only again (see
 //! [`FsFile::map_reserved_writes`](crate::fs::FsFile::map_reserved_writes)).
@@ -976,11 +978,11 @@ impl Future for CommitFuture {
             return Poll::Ready(Ok(()));
         }
         let mut sync = log.sync.lock();
-        if let Some(reason) = &sync.failed {
-            return Poll::Ready(Err(Error::WritesFailing(reason.clone())));
-        }
         if log.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
             return Poll::Ready(Ok(()));
+        }
+        if let Some(reason) = &sync.failed {
+            return Poll::Ready(Err(Error::WritesFailing(reason.clone())));
         }
         sync.requested = sync.requested.max(ticket.0);
         if !self.waiting {
