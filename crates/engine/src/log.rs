@@ -339,7 +339,7 @@ impl Log {
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
-        let cheap = state.end <= state.reserved && self.durability != Durability::Always;
+        let cheap = state.end <= state.reserved && self.maps_reserved_writes();
         if cheap || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
             // A failure here is retried (and reported) by the next commit.
             let _ = self.write_out(&mut state);
@@ -382,13 +382,23 @@ impl Log {
         false
     }
 
+    /// Whether appends copy records into the reserved blocks through a
+    /// mapping as they come. Not under `Always`, where nothing is
+    /// acknowledged before a sync: there the sync thread writes each group
+    /// just before its `fdatasync`, and the mapping would only cost a TLB
+    /// flush and a page fault per page at every sync (see the module
+    /// documentation).
+    fn maps_reserved_writes(&self) -> bool {
+        self.durability != Durability::Always
+    }
+
     /// Reserves the active segment's blocks up to `target`. A failure (say,
     /// a full disk) leaves the reservation as it was, and the segment
     /// unreserved from then on: writes then go out by `pwrite`, whose own
     /// error is the one reported.
     fn reserve(&self, state: &mut LogState, target: u64) {
         let file = &state.active.file;
-        file.map_reserved_writes(self.durability != Durability::Always);
+        file.map_reserved_writes(self.maps_reserved_writes());
         match file.allocate(target) {
             Ok(true) => state.reserved = target,
             Ok(false) => state.reservable = false,
@@ -589,27 +599,45 @@ impl Log {
         }
         let mut counted = false;
         loop {
-            // The sync thread writes the group out; a committer writes only
-            // to retry a failed write and report its error.
-            if self.write_failing.load(Ordering::Acquire) {
-                self.ensure_written(ticket)?;
+            match self.await_sync(ticket, &mut counted) {
+                SyncWait::Settled(result) => return result,
+                SyncWait::Pending(mut sync) => self.sync_done.wait(&mut sync),
             }
-            let mut sync = self.sync.lock();
-            // Synced is durable, whatever failed since (as in `CommitFuture`).
-            if self.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
-                return Ok(());
-            }
-            if let Some(reason) = &sync.failed {
-                return Err(Error::WritesFailing(reason.clone()));
-            }
-            if !counted {
-                sync.waiting += 1;
-                counted = true;
-            }
-            sync.requested = sync.requested.max(ticket.0);
-            self.sync_wanted.notify_one();
-            self.sync_done.wait(&mut sync);
         }
+    }
+
+    /// One look at a commit under `Always`, for [`Log::commit`] and
+    /// [`CommitFuture`]. The sync thread writes the group out, so a
+    /// committer writes only to retry a failed write and report its error.
+    /// Then the ticket is settled if it is synced (durable, whatever failed
+    /// since: after a failed sync the position only moves again once `heal`
+    /// has made everything before it durable) or a sync has failed;
+    /// otherwise a sync covering it is asked for (the committer counted
+    /// once, through `counted`, in the next group) and the sync lock is
+    /// returned held, to wait under.
+    fn await_sync(&self, ticket: Ticket, counted: &mut bool) -> SyncWait<'_> {
+        if self.write_failing.load(Ordering::Acquire) {
+            if let Err(error) = self.ensure_written(ticket) {
+                return SyncWait::Settled(Err(error));
+            }
+        }
+        if self.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return SyncWait::Settled(Ok(()));
+        }
+        let mut sync = self.sync.lock();
+        if self.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
+            return SyncWait::Settled(Ok(()));
+        }
+        if let Some(reason) = &sync.failed {
+            return SyncWait::Settled(Err(Error::WritesFailing(reason.clone())));
+        }
+        if !*counted {
+            sync.waiting += 1;
+            *counted = true;
+        }
+        sync.requested = sync.requested.max(ticket.0);
+        self.sync_wanted.notify_one();
+        SyncWait::Pending(sync)
     }
 
     /// Writes the buffer out if `ticket` is not yet written. Under `Always`
@@ -959,39 +987,25 @@ impl Future for CommitFuture {
         if ticket == Ticket::NONE {
             return Poll::Ready(Ok(()));
         }
-        let log = &self.log;
-        if log.durability != Durability::Always {
+        let this = &mut *self;
+        if this.log.durability != Durability::Always {
             // A write(2) to the page cache: short enough to do inline.
-            return Poll::Ready(log.ensure_written(ticket));
+            return Poll::Ready(this.log.ensure_written(ticket));
         }
-        // Under `Always` the sync thread writes the group out; a committer
-        // writes only to retry a failed write and report its error.
-        if log.write_failing.load(Ordering::Acquire) {
-            if let Err(error) = log.ensure_written(ticket) {
-                return Poll::Ready(Err(error));
+        match this.log.await_sync(ticket, &mut this.waiting) {
+            SyncWait::Settled(result) => Poll::Ready(result),
+            SyncWait::Pending(mut sync) => {
+                sync.wakers.push((ticket.0, cx.waker().clone()));
+                Poll::Pending
             }
         }
-        // A ticket at or below the synced position is durable, whatever
-        // failed since: after a failed sync the position only moves again
-        // once `heal` has made everything before it durable.
-        if log.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
-            return Poll::Ready(Ok(()));
-        }
-        let mut sync = log.sync.lock();
-        if log.synced_lsn.load(Ordering::Acquire) >= ticket.0 {
-            return Poll::Ready(Ok(()));
-        }
-        if let Some(reason) = &sync.failed {
-            return Poll::Ready(Err(Error::WritesFailing(reason.clone())));
-        }
-        sync.requested = sync.requested.max(ticket.0);
-        if !self.waiting {
-            sync.waiting += 1;
-        }
-        sync.wakers.push((ticket.0, cx.waker().clone()));
-        log.sync_wanted.notify_one();
-        drop(sync);
-        self.waiting = true;
-        Poll::Pending
     }
+}
+
+/// What [`Log::await_sync`] found.
+enum SyncWait<'a> {
+    /// The commit's outcome.
+    Settled(Result<()>),
+    /// Not yet synced: a sync is asked for; wait under this lock.
+    Pending(MutexGuard<'a, SyncState>),
 }
