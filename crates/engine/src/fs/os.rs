@@ -306,11 +306,18 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn writes_in_the_reserved_part_go_through_the_mapping_and_read_back() {
+    /// A new empty file "f" in a new temporary directory (removed when the
+    /// returned guard drops).
+    fn new_file() -> (tempfile::TempDir, std::path::PathBuf, Arc<dyn FsFile>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let file = OsFs.create(&path).unwrap();
+        (dir, path, file)
+    }
+
+    #[test]
+    fn writes_in_the_reserved_part_go_through_the_mapping_and_read_back() {
+        let (_dir, path, file) = new_file();
         file.write_all_at(b"head", 0).unwrap();
         let reserved = 2 * WINDOW_BYTES;
         assert!(file.allocate(reserved).unwrap());
@@ -341,9 +348,7 @@ mod tests {
 
     #[test]
     fn with_mapped_writes_off_reserved_writes_are_pwrites() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = OsFs.create(&path).unwrap();
+        let (_dir, path, file) = new_file();
         assert!(file.allocate(WINDOW_BYTES).unwrap());
         file.write_all_at(b"mapped", 0).unwrap();
         assert!(mapped_here(&path), "a reserved write maps the file");
@@ -359,9 +364,7 @@ mod tests {
 
     #[test]
     fn shrinking_a_file_ends_mapped_writes_past_the_new_length() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = OsFs.create(&path).unwrap();
+        let (_dir, path, file) = new_file();
         assert!(file.allocate(WINDOW_BYTES).unwrap());
         file.write_all_at(b"kept", 0).unwrap();
         file.set_len(4).unwrap();
@@ -377,9 +380,7 @@ mod tests {
 
     #[test]
     fn reserving_writes_zeros_after_the_data_and_keeps_the_data() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        let file = OsFs.create(&path).unwrap();
+        let (_dir, path, file) = new_file();
         assert!(file.allocate(4096).unwrap());
         file.write_all_at(b"mapped", 0).unwrap();
         // Past the reservation, by pwrite: the next reservation starts
