@@ -10,10 +10,11 @@
 # (du), the server's live/dead bytes, segment count and compaction counters
 # (`stats`), and CPU time: the machine's (/proc/stat, steal included) and
 # the server's and the load generator's own (/proc/PID/stat), so that a slow
-# interval can be put down to the server or to the machine. benchmarks/sustained_report.py then writes
-# RESULTS_DIR/<name>.json, <name>.md and <name>.svg, and says whether the
-# targets were met: last minute's throughput within 10% of the first
-# minute's, and disk use at most 2x the live data.
+# interval can be put down to the server or to the machine.
+# benchmarks/sustained_report.py then writes RESULTS_DIR/<name>.json,
+# <name>.md and <name>.svg, and says whether the targets were met: last
+# minute's throughput within 10% of the first minute's, and disk use at
+# most 2x the live data.
 #
 # Usage: benchmarks/sustained_writes.sh     (from anywhere; see BENCHMARKS.md)
 #
