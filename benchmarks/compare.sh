@@ -19,6 +19,12 @@
 #   CLIENT_THREADS [2]    larder bench worker threads
 #   SERVER_THREADS [2]    memcached -t / larder -t (Redis is single-threaded)
 #   MEMORY_MB [1024]      memcached -m / larder -m
+#   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
+#                         server and every measured run of larder bench to
+#                         (not the preload). SERVER_CPUS=0 CLIENT_CPUS=0 puts
+#                         a one-connection client and server on one CPU, so
+#                         a request does not wait for another CPU to wake
+#                         (see BENCHMARKS.md). Unset: both share all CPUs.
 #   LARDER [target/release/larder]  the binary; when not given, the script
 #                         runs cargo build --release -p larder first
 #   RESULTS_DIR [benchmarks/results/<date>]  where results go; the default
@@ -54,6 +60,8 @@ SERVERS="${SERVERS:-memcached redis-none redis-everysec redis-always larder-none
 CLIENT_THREADS="${CLIENT_THREADS:-2}"
 SERVER_THREADS="${SERVER_THREADS:-2}"
 MEMORY_MB="${MEMORY_MB:-1024}"
+SERVER_CPUS="${SERVER_CPUS:-}"
+CLIENT_CPUS="${CLIENT_CPUS:-}"
 LARDER_GIVEN="${LARDER:-}"
 LARDER="${LARDER:-$REPO/target/release/larder}"
 INSTALL="${INSTALL:-1}"
@@ -76,6 +84,10 @@ for s in $SERVERS; do
         *) die "unknown server '$s'";;
     esac
 done
+
+SERVER_PIN=() CLIENT_PIN=() NO_PIN=()   # taskset prefixes, empty when not pinned
+cpu_pin SERVER_PIN "$SERVER_CPUS"
+cpu_pin CLIENT_PIN "$CLIENT_CPUS"
 
 ratio_of() {
     case "$1" in get) echo "1:0";; set) echo "0:1";; mix) echo "90:10";; esac
@@ -116,6 +128,8 @@ fi
 COPY_LATEST="${COPY_LATEST:-0}"
 mkdir -p "$RESULTS_DIR/raw"
 RAW="$RESULTS_DIR/raw"
+COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
+: >"$COMMANDS"
 
 if [[ -z "${WORK_DIR:-}" ]]; then
     WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-compare.XXXXXX")"
@@ -157,10 +171,11 @@ start_server() {
     dir="$WORK_DIR/$name-round$round"
     mkdir -p "$dir"
     logf="$WORK_DIR/$name-round$round.log"
+    local cmd=()
     case "$name" in
         memcached)
-            memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB" \
-                -c 4096 -u "$(id -un)" >"$logf" 2>&1 &
+            cmd=(memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
+                -c 4096 -u "$(id -un)")
             ;;
         redis-none|redis-everysec|redis-always)
             local aof=()
@@ -169,14 +184,17 @@ start_server() {
                 redis-everysec) aof=(--appendonly yes --appendfsync everysec);;
                 redis-always) aof=(--appendonly yes --appendfsync always);;
             esac
-            redis-server --bind 127.0.0.1 --port "$port" --daemonize no --save '' \
-                "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '' >"$logf" 2>&1 &
+            cmd=(redis-server --bind 127.0.0.1 --port "$port" --daemonize no --save ''
+                "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '')
             ;;
         larder-*)
-            "$LARDER" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB" \
-                -c 4096 --data-dir "$dir" --durability "${name#larder-}" >"$logf" 2>&1 &
+            cmd=("$LARDER" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
+                -c 4096 --data-dir "$dir" --durability "${name#larder-}")
             ;;
     esac
+    cmd=("${SERVER_PIN[@]}" "${cmd[@]}")
+    record "start $name round $round" "${cmd[@]}"
+    "${cmd[@]}" >"$logf" 2>&1 &
     pid=$!
     SERVER_PID[$name]=$pid
     if ! wait_for_port "$port" "$pid"; then
@@ -195,11 +213,15 @@ split_conns() {
 }
 
 bench() {
-    # bench OUTFILE PORT PROTOCOL ARGS...
-    local out="$1" port="$2" proto="$3"
-    shift 3
-    if ! "$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS" \
-        -v "$VALUE_SIZE" --json -q "$@" >"$out.tmp" 2>"$out.err"; then
+    # bench PIN OUTFILE PORT PROTOCOL ARGS...: PIN names the taskset prefix
+    # array to run under (CLIENT_PIN for measured runs, NO_PIN for preloads).
+    local -n pin="$1"
+    local out="$2" port="$3" proto="$4"
+    shift 4
+    local cmd=("${pin[@]}" "$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS"
+        -v "$VALUE_SIZE" --json -q "$@")
+    record "${out#"$RAW/"}" "${cmd[@]}"
+    if ! "${cmd[@]}" >"$out.tmp" 2>"$out.err"; then
         # Recorded, not fatal: report.py lists failed runs, and a server that
         # fails one workload still gets measured on the others.
         log "larder bench failed for $out: $(tail -n 3 "$out.err" | tr '\n' ' ')"
@@ -225,7 +247,7 @@ bench() {
     echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
     echo "larder: $("$LARDER" --version), binary built $(date -u -r "$LARDER" +%Y-%m-%dT%H:%M:%SZ), tree HEAD $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo ' (crates/ has uncommitted changes)')"
-    echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB"
+    echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
     echo "servers: $SERVERS"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
@@ -244,7 +266,7 @@ for ((round = 1; round <= RUNS; round++)); do
         port="$CURRENT_PORT"
         mkdir -p "$RAW/$server"
         log "round $round/$RUNS: $server on 127.0.0.1:$port (pid ${SERVER_PID[$server]}): preloading $KEYS keys"
-        if ! bench "$RAW/$server/preload-round$round.json" "$port" "$proto" \
+        if ! bench NO_PIN "$RAW/$server/preload-round$round.json" "$port" "$proto" \
             --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$round"; then
             log "preload of $server failed; skipping it this round"
             stop_server "$server"
@@ -256,7 +278,7 @@ for ((round = 1; round <= RUNS; round++)); do
                 read -r threads per_thread <<<"$(split_conns "$conns")"
                 for pipeline in $PIPELINES; do
                     out="$RAW/$server/$workload-c$conns-p$pipeline-run$round.json"
-                    if ! bench "$out" "$port" "$proto" -t "$threads" -c "$per_thread" \
+                    if ! bench CLIENT_PIN "$out" "$port" "$proto" -t "$threads" -c "$per_thread" \
                         -P "$pipeline" --ratio "$ratio" -d "$DURATION" --warmup "$WARMUP" \
                         --seed "$round"; then
                         continue

@@ -100,3 +100,29 @@ cpu_pin() {
     taskset -c "$cpus" true 2>/dev/null || die "cannot pin to CPUs '$cpus' on this machine ($(nproc) CPUs)"
     prefix=(taskset -c "$cpus")
 }
+
+# One word as a shell would need it typed: bare when safe, else in single
+# quotes, else in double quotes with \ " $ ` escaped.
+shell_word() {
+    local word="$1" escaped
+    if [[ "$word" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
+        printf '%s' "$word"
+    elif [[ "$word" != *"'"* ]]; then
+        printf "'%s'" "$word"
+    else
+        escaped="${word//\\/\\\\}"
+        escaped="${escaped//\"/\\\"}"
+        escaped="${escaped//\$/\\\$}"
+        escaped="${escaped//\`/\\\`}"
+        printf '"%s"' "$escaped"
+    fi
+}
+
+record() {
+    # record LABEL COMMAND...: appends "LABEL: COMMAND" to the file named by
+    # $COMMANDS, each word quoted as a shell would need it.
+    local label="$1" line="" word
+    shift
+    for word in "$@"; do line+="${line:+ }$(shell_word "$word")"; done
+    printf '%s: %s\n' "$label" "$line" >>"$COMMANDS"
+}

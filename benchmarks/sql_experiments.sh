@@ -231,31 +231,6 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
-# One word as a shell would need it typed: bare when safe, else in single
-# quotes, else in double quotes with \ " $ ` escaped.
-shell_word() {
-    local word="$1" escaped
-    if [[ "$word" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
-        printf '%s' "$word"
-    elif [[ "$word" != *"'"* ]]; then
-        printf "'%s'" "$word"
-    else
-        escaped="${word//\\/\\\\}"
-        escaped="${escaped//\"/\\\"}"
-        escaped="${escaped//\$/\\\$}"
-        escaped="${escaped//\`/\\\`}"
-        printf '"%s"' "$escaped"
-    fi
-}
-
-record() {
-    # record LABEL COMMAND...: log the exact command to commands.txt.
-    local label="$1" line="" word
-    shift
-    for word in "$@"; do line+="${line:+ }$(shell_word "$word")"; done
-    printf '%s: %s\n' "$label" "$line" >>"$COMMANDS"
-}
-
 start_kv() {
     # start_kv larder|memcached EXPERIMENT
     local name="$1" exp="$2" port dir pid

@@ -18,14 +18,13 @@ from conftest import LARDER_BIN, REPO_ROOT, run_script
 SCRIPT_TIMEOUT_S = 240
 
 
-def test_compare_script_measures_every_cell(tmp_path):
+def run_compare(tmp_path, **settings) -> Path:
+    """Runs compare.sh at a tiny size with `settings` as its environment
+    (on top of the defaults below); asserts it succeeded and returns its
+    results directory."""
     results = tmp_path / "results"
     env = dict(
         os.environ,
-        SERVERS="memcached larder-everysec larder-always",
-        WORKLOADS="get set",
-        CONNS="4",
-        PIPELINES="1 4",
         RUNS="1",
         DURATION="1s",
         WARMUP="200ms",
@@ -34,11 +33,23 @@ def test_compare_script_measures_every_cell(tmp_path):
         LARDER=LARDER_BIN,
         RESULTS_DIR=str(results),
         WORK_DIR=str(tmp_path / "work"),
+        **settings,
     )
     (tmp_path / "work").mkdir()
     log = tmp_path / "compare.log"
     status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status == 0, log.read_text()[-4000:]
+    return results
+
+
+def test_compare_script_measures_every_cell(tmp_path):
+    results = run_compare(
+        tmp_path,
+        SERVERS="memcached larder-everysec larder-always",
+        WORKLOADS="get set",
+        CONNS="4",
+        PIPELINES="1 4",
+    )
 
     report = json.loads((results / "results.json").read_text())
     cells = {cell["id"]: cell for cell in report["cells"]}
@@ -56,6 +67,36 @@ def test_compare_script_measures_every_cell(tmp_path):
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
     assert list((results / "charts").glob("*.svg")), "no charts written"
+    commands = (results / "raw" / "commands.txt").read_text().splitlines()
+    [start] = [c for c in commands if c.startswith("start larder-always round 1: ")]
+    assert " serve -l 127.0.0.1 " in start and start.endswith(" --durability always"), start
+    [run] = [c for c in commands if c.startswith("larder-always/set-c4-p4-run1.json: ")]
+    assert " bench -s 127.0.0.1:" in run and " -P 4 --ratio 0:1 " in run, run
+
+
+def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
+    results = run_compare(
+        tmp_path,
+        SERVERS="memcached larder-none",
+        WORKLOADS="get",
+        CONNS="1",
+        PIPELINES="1",
+        SERVER_CPUS="0",
+        CLIENT_CPUS="0",
+    )
+
+    commands = (results / "raw" / "commands.txt").read_text().splitlines()
+    for server in ("memcached", "larder-none"):
+        [start] = [c for c in commands if c.startswith(f"start {server} round 1: ")]
+        assert start.startswith(f"start {server} round 1: taskset -c 0 "), start
+        [run] = [c for c in commands if c.startswith(f"{server}/get-c1-p1-run1.json: ")]
+        assert run.startswith(f"{server}/get-c1-p1-run1.json: taskset -c 0 "), run
+        # The preload is not measured and may use every CPU.
+        [preload] = [c for c in commands if c.startswith(f"{server}/preload-round1.json: ")]
+        assert "taskset" not in preload, preload
+        figures = json.loads((results / "results.json").read_text())["cells"][0]["servers"][server]
+        assert figures["ops_per_second"]["median"] > 0, server
+    assert "SERVER_CPUS='0' CLIENT_CPUS='0'" in (results / "machine.txt").read_text()
 
 
 def run_sql_experiments(tmp_path, **settings) -> Path:
