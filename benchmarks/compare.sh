@@ -19,12 +19,13 @@
 #   CLIENT_THREADS [2]    larder bench worker threads
 #   SERVER_THREADS [2]    memcached -t / larder -t (Redis is single-threaded)
 #   MEMORY_MB [1024]      memcached -m / larder -m
-#   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
-#                         server and every measured run of larder bench to
-#                         (not the preload). SERVER_CPUS=0 CLIENT_CPUS=0 puts
-#                         a one-connection client and server on one CPU, so
-#                         a request does not wait for another CPU to wake
-#                         (see BENCHMARKS.md). Unset: both share all CPUs.
+#   SERVER_CPUS [unset]   CPU list (taskset -c) to pin every server to
+#   CLIENT_CPUS [unset]   CPU list to pin every measured larder bench run to
+#                         (the preload's client is never pinned).
+#                         SERVER_CPUS=0 CLIENT_CPUS=0 puts a one-connection
+#                         client and server on one CPU, so a request does not
+#                         wait for another CPU to wake (see BENCHMARKS.md).
+#                         Unset: servers and client share all CPUs.
 #   LARDER [target/release/larder]  the binary; when not given, the script
 #                         runs cargo build --release -p larder first
 #   RESULTS_DIR [benchmarks/results/<date>]  where results go; the default
@@ -246,7 +247,7 @@ bench() {
     fi
     echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
-    echo "larder: $("$LARDER" --version), binary built $(date -u -r "$LARDER" +%Y-%m-%dT%H:%M:%SZ), tree HEAD $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates 2>/dev/null || echo ' (crates/ has uncommitted changes)')"
+    echo "larder: $("$LARDER" --version), binary built $(date -u -r "$LARDER" +%Y-%m-%dT%H:%M:%SZ), tree HEAD $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates benchmarks 2>/dev/null || echo ' (crates/ or benchmarks/ has uncommitted changes)')"
     echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
     echo "servers: $SERVERS"
 } >"$RESULTS_DIR/machine.txt"

@@ -1,6 +1,6 @@
 # Helpers shared by the benchmark scripts (compare.sh, sustained_writes.sh,
 # sql_experiments.sh). Sourced, never run; the caller defines `log`, `die`,
-# PYTHON and INSTALL before calling them.
+# PYTHON and INSTALL before calling them, and COMMANDS before `record`.
 
 # on_exit_stop FUNCTION: whenever the script exits (also on SIGINT and
 # SIGTERM, with status 130 and 143), calls FUNCTION to stop what it started,
@@ -101,8 +101,8 @@ cpu_pin() {
     prefix=(taskset -c "$cpus")
 }
 
-# One word as a shell would need it typed: bare when safe, else in single
-# quotes, else in double quotes with \ " $ ` escaped.
+# shell_word WORD: prints WORD as a shell would need it typed: bare when
+# safe, else in single quotes, else in double quotes with \ " $ ` escaped.
 shell_word() {
     local word="$1" escaped
     if [[ "$word" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
@@ -118,9 +118,9 @@ shell_word() {
     fi
 }
 
+# record LABEL COMMAND...: appends "LABEL: COMMAND" to the file named by
+# $COMMANDS, each word quoted as a shell would need it.
 record() {
-    # record LABEL COMMAND...: appends "LABEL: COMMAND" to the file named by
-    # $COMMANDS, each word quoted as a shell would need it.
     local label="$1" line="" word
     shift
     for word in "$@"; do line+="${line:+ }$(shell_word "$word")"; done

@@ -37,6 +37,26 @@ RUN_FILE = re.compile(r"^(get|set|mix)-c(\d+)-p(\d+)-run(\d+)\.(json|failed)$")
 BASELINE = "memcached"
 
 
+def settings_of(machine: dict) -> dict[str, str]:
+    """The `settings` line of machine.txt (KEY=VALUE words) as a dict."""
+    settings = {}
+    for word in machine.get("settings", "").split():
+        key, sep, value = word.partition("=")
+        if sep:
+            settings[key] = value.strip("'")
+    return settings
+
+
+def placement(settings: dict[str, str]) -> str:
+    """One sentence on where the servers and the load generator ran."""
+    server, client = settings.get("SERVER_CPUS", ""), settings.get("CLIENT_CPUS", "")
+    if not server and not client:
+        return ("The load generator (`larder bench`) shares the machine's cores with the server under test, "
+                "so absolute figures are lower than on separate machines; compare ratios within this run.")
+    return (f"Every server was pinned to CPUs {server or 'all'} and every measured run of the load generator "
+            f"(`larder bench`) to CPUs {client or 'all'} (`taskset -c`); compare ratios within this run.")
+
+
 def read_machine(results_dir: Path) -> dict[str, str]:
     machine: dict[str, str] = {}
     path = results_dir / "machine.txt"
@@ -376,8 +396,7 @@ def main() -> int:
         md.append(f"- {k}: `{v}`")
     md += [
         "",
-        "The load generator (`larder bench`) shares the machine's cores with the server under test, "
-        "so absolute figures are lower than on separate machines; compare ratios within this run. "
+        placement(settings_of(machine)) + " "
         "ops/s: median of the runs, [min-max]; latency: median over runs of each percentile, "
         "of all requests, measured from when each request was due.",
         "",

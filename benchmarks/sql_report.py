@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import read_machine  # noqa: E402  (the same machine.txt format)
+from report import read_machine, settings_of  # noqa: E402  (the same machine.txt format)
 
 CELL_ORDER = ["larder", "memcached", "mariadb-innodb", "mariadb-memory"]
 BASELINE = "mariadb-innodb"
@@ -235,15 +235,6 @@ def load_table(exp: dict) -> list[str]:
             )
         md.append("")
     return md
-
-
-def settings_of(machine: dict) -> dict[str, str]:
-    settings = {}
-    for word in machine.get("settings", "").split():
-        key, sep, value = word.partition("=")
-        if sep:
-            settings[key] = value.strip("'")
-    return settings
 
 
 def describe(exp_name: str, s: dict) -> str:

@@ -20,21 +20,22 @@ SCRIPT_TIMEOUT_S = 240
 
 def run_compare(tmp_path, **settings) -> Path:
     """Runs compare.sh at a tiny size with `settings` as its environment
-    (on top of the defaults below); asserts it succeeded and returns its
-    results directory."""
+    (over the defaults below); asserts it succeeded and returns its results
+    directory."""
     results = tmp_path / "results"
-    env = dict(
-        os.environ,
+    defaults = dict(
         RUNS="1",
         DURATION="1s",
         WARMUP="200ms",
         KEYS="2000",
         INSTALL="0",
+        SERVER_CPUS="",
+        CLIENT_CPUS="",
         LARDER=LARDER_BIN,
         RESULTS_DIR=str(results),
         WORK_DIR=str(tmp_path / "work"),
-        **settings,
     )
+    env = {**os.environ, **defaults, **settings}
     (tmp_path / "work").mkdir()
     log = tmp_path / "compare.log"
     status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log, SCRIPT_TIMEOUT_S)
@@ -72,45 +73,53 @@ def test_compare_script_measures_every_cell(tmp_path):
     assert " serve -l 127.0.0.1 " in start and start.endswith(" --durability always"), start
     [run] = [c for c in commands if c.startswith("larder-always/set-c4-p4-run1.json: ")]
     assert " bench -s 127.0.0.1:" in run and " -P 4 --ratio 0:1 " in run, run
+    assert not any("taskset" in c for c in commands), "pinned without being asked"
 
 
 def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
+    # One CPU this process may use, spelled two ways so that the server's and
+    # the client's pinning can be told apart.
+    cpu = min(os.sched_getaffinity(0))
+    server_cpus, client_cpus = f"{cpu}", f"{cpu}-{cpu}"
     results = run_compare(
         tmp_path,
         SERVERS="memcached larder-none",
         WORKLOADS="get",
         CONNS="1",
         PIPELINES="1",
-        SERVER_CPUS="0",
-        CLIENT_CPUS="0",
+        SERVER_CPUS=server_cpus,
+        CLIENT_CPUS=client_cpus,
     )
 
     commands = (results / "raw" / "commands.txt").read_text().splitlines()
     for server in ("memcached", "larder-none"):
         [start] = [c for c in commands if c.startswith(f"start {server} round 1: ")]
-        assert start.startswith(f"start {server} round 1: taskset -c 0 "), start
+        assert start.startswith(f"start {server} round 1: taskset -c {server_cpus} "), start
         [run] = [c for c in commands if c.startswith(f"{server}/get-c1-p1-run1.json: ")]
-        assert run.startswith(f"{server}/get-c1-p1-run1.json: taskset -c 0 "), run
+        assert run.startswith(f"{server}/get-c1-p1-run1.json: taskset -c {client_cpus} "), run
         # The preload is not measured and may use every CPU.
         [preload] = [c for c in commands if c.startswith(f"{server}/preload-round1.json: ")]
         assert "taskset" not in preload, preload
         figures = json.loads((results / "results.json").read_text())["cells"][0]["servers"][server]
         assert figures["ops_per_second"]["median"] > 0, server
-    assert "SERVER_CPUS='0' CLIENT_CPUS='0'" in (results / "machine.txt").read_text()
+    settings = (results / "machine.txt").read_text()
+    assert f"SERVER_CPUS='{server_cpus}' CLIENT_CPUS='{client_cpus}'" in settings
 
 
 def run_sql_experiments(tmp_path, **settings) -> Path:
-    """Runs sql_experiments.sh at smoke size with `settings` as extra
-    environment; asserts it succeeded and returns its results directory."""
+    """Runs sql_experiments.sh at smoke size with `settings` as its
+    environment (over the defaults below); asserts it succeeded and returns
+    its results directory."""
     results = tmp_path / "results"
-    env = dict(
-        os.environ,
+    defaults = dict(
         SMOKE="1",
+        SERVER_CPUS="",
+        CLIENT_CPUS="",
         LARDER=LARDER_BIN,
         RESULTS_DIR=str(results),
         TMPDIR=str(tmp_path),
-        **settings,
     )
+    env = {**os.environ, **defaults, **settings}
     log = tmp_path / "sql.log"
     status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status == 0, log.read_text()[-4000:]
@@ -137,24 +146,34 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
 
 
 def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
+    # One CPU this process may use, spelled two ways so that the servers' and
+    # the clients' pinning can be told apart.
+    cpu = min(os.sched_getaffinity(0))
+    server_cpus, client_cpus = f"{cpu}", f"{cpu}-{cpu}"
     results = run_sql_experiments(
         tmp_path,
         EXPERIMENTS="B",
         SERVERS_B="larder mariadb-innodb",
-        SERVER_CPUS="0",
-        CLIENT_CPUS="0",
+        SERVER_CPUS=server_cpus,
+        CLIENT_CPUS=client_cpus,
     )
 
     commands = (results / "sql-raw" / "commands.txt").read_text().splitlines()
-    for label in ("B start larder", "B start mariadb", "B larder run1", "B mariadb-innodb run1"):
+    for label, cpus in (
+        ("B start larder", server_cpus),
+        ("B start mariadb", server_cpus),
+        ("B larder run1", client_cpus),
+        ("B mariadb-innodb run1", client_cpus),
+    ):
         [line] = [c for c in commands if c.startswith(label + ":")]
-        assert line.startswith(label + ": taskset -c 0 "), line
+        assert line.startswith(f"{label}: taskset -c {cpus} "), line
     # taskset execs the server, so the PID the script measures is the
     # server's own: it used CPU while it was read.
     for server in ("larder", "mariadb-innodb"):
-        cpu = json.loads((results / "sql-raw" / "B" / server / "run1.server-cpu").read_text())
-        assert cpu["cpu_s"] > 0, server
-    assert "pinned to CPUs 0" in (results / "sql-experiments.md").read_text()
+        used = json.loads((results / "sql-raw" / "B" / server / "run1.server-cpu").read_text())
+        assert used["cpu_s"] > 0, server
+    markdown = (results / "sql-experiments.md").read_text()
+    assert f"pinned to CPUs {server_cpus} and every measured client to CPUs {client_cpus}" in markdown
 
 
 def test_sql_experiments_script_refuses_cpus_the_machine_lacks(tmp_path):
