@@ -18,6 +18,13 @@ from conftest import LARDER_BIN, REPO_ROOT, run_script
 SCRIPT_TIMEOUT_S = 240
 
 
+def one_cpu_two_ways() -> tuple[str, str]:
+    """One CPU this process may use, as two different `taskset -c` lists
+    ("N" and "N-N"), so that a test can tell which one a command got."""
+    cpu = min(os.sched_getaffinity(0))
+    return f"{cpu}", f"{cpu}-{cpu}"
+
+
 def run_compare(tmp_path, **settings) -> Path:
     """Runs compare.sh at a tiny size with `settings` as its environment
     (over the defaults below); asserts it succeeded and returns its results
@@ -77,10 +84,7 @@ def test_compare_script_measures_every_cell(tmp_path):
 
 
 def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
-    # One CPU this process may use, spelled two ways so that the server's and
-    # the client's pinning can be told apart.
-    cpu = min(os.sched_getaffinity(0))
-    server_cpus, client_cpus = f"{cpu}", f"{cpu}-{cpu}"
+    server_cpus, client_cpus = one_cpu_two_ways()
     results = run_compare(
         tmp_path,
         SERVERS="memcached larder-none",
@@ -146,10 +150,7 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
 
 
 def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
-    # One CPU this process may use, spelled two ways so that the servers' and
-    # the clients' pinning can be told apart.
-    cpu = min(os.sched_getaffinity(0))
-    server_cpus, client_cpus = f"{cpu}", f"{cpu}-{cpu}"
+    server_cpus, client_cpus = one_cpu_two_ways()
     results = run_sql_experiments(
         tmp_path,
         EXPERIMENTS="B",
