@@ -173,26 +173,7 @@ start_server() {
     mkdir -p "$dir"
     logf="$WORK_DIR/$name-round$round.log"
     local cmd=()
-    case "$name" in
-        memcached)
-            cmd=(memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
-                -c 4096 -u "$(id -un)")
-            ;;
-        redis-none|redis-everysec|redis-always)
-            local aof=()
-            case "$name" in
-                redis-none) aof=(--appendonly no);;
-                redis-everysec) aof=(--appendonly yes --appendfsync everysec);;
-                redis-always) aof=(--appendonly yes --appendfsync always);;
-            esac
-            cmd=(redis-server --bind 127.0.0.1 --port "$port" --daemonize no --save ''
-                "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '')
-            ;;
-        larder-*)
-            cmd=("$LARDER" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
-                -c 4096 --data-dir "$dir" --durability "${name#larder-}")
-            ;;
-    esac
+    server_command cmd "$name" "$port" "$dir" "$LARDER"
     cmd=("${SERVER_PIN[@]}" "${cmd[@]}")
     record "start $name round $round" "${cmd[@]}"
     "${cmd[@]}" >"$logf" 2>&1 &
@@ -237,17 +218,10 @@ bench() {
 # ------------------------------------------------------------ machine info
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "nproc: $(nproc)"
-    echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
-    echo "memory: $(free -h | awk '/^Mem:/ {print $2}')"
-    echo "kernel: $(uname -sr)"
-    echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
-    if command -v lsblk >/dev/null; then
-        echo "disks: $(lsblk -d -n -o NAME,TYPE,ROTA,SIZE 2>/dev/null | tr -s ' ' | paste -sd ';' -)"
-    fi
+    machine_facts
     echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
-    echo "larder: $("$LARDER" --version), binary built $(date -u -r "$LARDER" +%Y-%m-%dT%H:%M:%SZ), tree HEAD $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet HEAD -- crates benchmarks 2>/dev/null || echo ' (crates/ or benchmarks/ has uncommitted changes)')"
+    echo "larder: $(larder_facts "$LARDER")"
     echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
     echo "servers: $SERVERS"
 } >"$RESULTS_DIR/machine.txt"

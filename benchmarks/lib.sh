@@ -126,3 +126,65 @@ record() {
     for word in "$@"; do line+="${line:+ }$(shell_word "$word")"; done
     printf '%s: %s\n' "$label" "$line" >>"$COMMANDS"
 }
+
+# cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so far.
+cpu_seconds() {
+    local pid="$1" stat
+    stat="$(cat "/proc/$pid/stat")" || return 1
+    # Fields after the ") " that ends the command name: utime is 12th, stime 13th.
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
+}
+
+# server_command ARRAY NAME PORT DIR LARDER_BINARY: sets the array named
+# ARRAY to the command that starts server NAME (memcached, redis-none,
+# redis-everysec, redis-always, larder-none, larder-everysec or
+# larder-always) on 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
+# worker threads (Redis is single-threaded by design) and MEMORY_MB of
+# memory; Larder is LARDER_BINARY.
+server_command() {
+    local -n out="$1"
+    local name="$2" port="$3" dir="$4" larder="$5"
+    case "$name" in
+        memcached)
+            out=(memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
+                -c 4096 -u "$(id -un)")
+            ;;
+        redis-none|redis-everysec|redis-always)
+            local aof=()
+            case "$name" in
+                redis-none) aof=(--appendonly no);;
+                redis-everysec) aof=(--appendonly yes --appendfsync everysec);;
+                redis-always) aof=(--appendonly yes --appendfsync always);;
+            esac
+            out=(redis-server --bind 127.0.0.1 --port "$port" --daemonize no --save ''
+                "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '')
+            ;;
+        larder-*)
+            out=("$larder" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
+                -c 4096 --data-dir "$dir" --durability "${name#larder-}")
+            ;;
+    esac
+}
+
+# machine_facts: "key: value" lines on this machine's CPUs, memory, kernel,
+# the file system of WORK_DIR and the disks.
+machine_facts() {
+    echo "nproc: $(nproc)"
+    echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n1)"
+    echo "memory: $(free -h | awk '/^Mem:/ {print $2}')"
+    echo "kernel: $(uname -sr)"
+    echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
+    if command -v lsblk >/dev/null; then
+        echo "disks: $(lsblk -d -n -o NAME,TYPE,ROTA,SIZE 2>/dev/null | tr -s ' ' | paste -sd ';' -)"
+    fi
+}
+
+# larder_facts BINARY: the binary's version and build time, and the commit
+# of the tree at REPO (flagged when crates/ or benchmarks/ differ from it).
+larder_facts() {
+    local binary="$1"
+    printf '%s, binary built %s, tree HEAD %s%s\n' "$("$binary" --version)" \
+        "$(date -u -r "$binary" +%Y-%m-%dT%H:%M:%SZ)" \
+        "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+        "$(git -C "$REPO" diff --quiet HEAD -- crates benchmarks 2>/dev/null || echo ' (crates/ or benchmarks/ has uncommitted changes)')"
+}

@@ -223,14 +223,6 @@ stop_server() {
 
 on_exit_stop stop_all_servers
 
-# CPU seconds (user + system, all threads) a process has used so far.
-cpu_seconds() {
-    local pid="$1" stat
-    stat="$(cat "/proc/$pid/stat")" || return 1
-    # Fields after the ") " that ends the command name: utime is 12th, stime 13th.
-    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
-}
-
 start_kv() {
     # start_kv larder|memcached EXPERIMENT
     local name="$1" exp="$2" port dir pid

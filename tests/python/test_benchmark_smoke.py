@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 from conftest import LARDER_BIN, REPO_ROOT, run_script
@@ -183,3 +184,57 @@ def test_sql_experiments_script_refuses_cpus_the_machine_lacks(tmp_path):
     status = run_script(REPO_ROOT / "benchmarks" / "sql_experiments.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status != 0
     assert "cannot pin to CPUs '4095'" in log.read_text()
+
+
+def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
+    results = tmp_path / "results"
+    env = {
+        **os.environ,
+        "A": f"larder-none:{LARDER_BIN}",
+        "B": "larder-always",
+        "PAIRS": "2",
+        "WORKLOAD": "set",
+        "CONNS": "4",
+        "KEYS": "2000",
+        "DURATION": "1s",
+        "WARMUP": "200ms",
+        "INSTALL": "0",
+        "SERVER_CPUS": "",
+        "CLIENT_CPUS": "",
+        "LARDER": LARDER_BIN,
+        "RESULTS_DIR": str(results),
+        "WORK_DIR": str(tmp_path / "work"),
+    }
+    log = tmp_path / "pairs.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "pairs.sh", env, log, SCRIPT_TIMEOUT_S)
+    assert status == 0, log.read_text()[-4000:]
+
+    doc = json.loads((results / "pairs.json").read_text())
+    assert [(p["pair"], p["order"]) for p in doc["pairs"]] == [(1, "A B"), (2, "B A")]
+    for p in doc["pairs"]:
+        for side in ("A", "B"):
+            run = p[side]
+            assert run["ops_per_second"] > 0 and run["errors"] == 0, (p["pair"], side)
+            assert run["server_cpu_us_per_request"] > 0, (p["pair"], side)
+        assert p["ratio_b_to_a"] == p["B"]["ops_per_second"] / p["A"]["ops_per_second"]
+    ratios = [p["ratio_b_to_a"] for p in doc["pairs"]]
+    assert doc["summary"]["ratio_b_to_a"]["median"] == statistics.median(ratios)
+    assert "**B / A: " in (results / "pairs.md").read_text()
+
+    # Each side ran the server it named, in alternating order.
+    commands = (results / "raw" / "commands.txt").read_text().splitlines()
+    starts = [c for c in commands if " start: " in c]
+    assert [c.split(":")[0] for c in starts] == [
+        "pair 1 A start", "pair 1 B start", "pair 2 B start", "pair 2 A start"]
+    assert all(c.endswith("--durability none") for c in starts if " A start" in c), starts
+    assert all(c.endswith("--durability always") for c in starts if " B start" in c), starts
+
+
+def test_pairs_script_refuses_a_binary_for_a_server_that_is_not_larder(tmp_path):
+    env = {**os.environ, "A": "larder-none", "B": "memcached:/bin/true", "INSTALL": "0",
+           "LARDER": LARDER_BIN, "RESULTS_DIR": str(tmp_path / "results")}
+    log = tmp_path / "pairs.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "pairs.sh", env, log, SCRIPT_TIMEOUT_S)
+    assert status != 0
+    assert "only a Larder server takes a binary: 'memcached:/bin/true'" in log.read_text()
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# Alternating pairs: two servers (or two builds of Larder) measured one after
+# the other on one cell, again and again, so that a small difference can be
+# told from this machine's drift. Gives the median of the per-pair ratios
+# B/A and each side's server CPU per request.
+#
+# Usage: A=SPEC B=SPEC benchmarks/pairs.sh          (see BENCHMARKS.md)
+#
+# SPEC is a server name as compare.sh knows it (memcached, redis-none,
+# redis-everysec, redis-always, larder-none, larder-everysec, larder-always),
+# and for Larder optionally ":BINARY", e.g.
+#   A=larder-always:/tmp/old/larder B=larder-always benchmarks/pairs.sh
+# A Larder without a binary is LARDER (below).
+#
+# Settings (environment variables, defaults in brackets):
+#   PAIRS [6]             pairs to run; the order alternates (A B, B A, ...)
+#   WORKLOAD [set]        get = 1:0, set = 0:1, mix = 90:10 gets:sets
+#   CONNS [500]           connections, spread over CLIENT_THREADS
+#   PIPELINE [1]          requests in flight per connection
+#   KEYS [100000]         distinct keys, all preloaded
+#   VALUE_SIZE [100]      value bytes
+#   DURATION [4s]         measured phase of each run
+#   WARMUP [500ms]        warm-up before it (not counted)
+#   CLIENT_THREADS [2]    larder bench worker threads
+#   SERVER_THREADS [2]    memcached -t / larder -t
+#   MEMORY_MB [1024]      memcached -m / larder -m
+#   SERVER_CPUS [unset]   CPU list (taskset -c) to pin every server to
+#   CLIENT_CPUS [unset]   CPU list to pin every measured larder bench run to
+#   LARDER [target/release/larder]  the load generator, and the Larder of a
+#                         side that names no binary; when not given, the
+#                         script runs cargo build --release -p larder first
+#   RESULTS_DIR [benchmarks/results/<date>-pairs]  where results go
+#   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  data directories and logs
+#   INSTALL [1]           0: never apt-get; fail if a server is missing
+#
+# Each run starts its server afresh on a free port of 127.0.0.1 with an
+# empty data directory, preloads every key, measures, and stops the server
+# by its PID (a trap stops whatever is still running on exit). The server's
+# CPU (all threads, from /proc/PID/stat) is read around the measured run.
+
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=benchmarks/lib.sh
+source "$SCRIPT_DIR/lib.sh"
+REPO="$(cd "$SCRIPT_DIR/.." && pwd)"
+
+A="${A:-}"
+B="${B:-}"
+PAIRS="${PAIRS:-6}"
+WORKLOAD="${WORKLOAD:-set}"
+CONNS="${CONNS:-500}"
+PIPELINE="${PIPELINE:-1}"
+KEYS="${KEYS:-100000}"
+VALUE_SIZE="${VALUE_SIZE:-100}"
+DURATION="${DURATION:-4s}"
+WARMUP="${WARMUP:-500ms}"
+CLIENT_THREADS="${CLIENT_THREADS:-2}"
+SERVER_THREADS="${SERVER_THREADS:-2}"
+MEMORY_MB="${MEMORY_MB:-1024}"
+SERVER_CPUS="${SERVER_CPUS:-}"
+CLIENT_CPUS="${CLIENT_CPUS:-}"
+INSTALL="${INSTALL:-1}"
+PYTHON="${PYTHON:-python3}"
+TREE_LARDER="$REPO/target/release/larder"
+
+log() { printf '[pairs %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- settings
+[[ -n "$A" && -n "$B" ]] || die "set A and B to the two servers to compare, e.g. A=larder-always:/tmp/old/larder B=larder-always"
+[[ "$PAIRS" =~ ^[1-9][0-9]*$ ]] || die "PAIRS must be a positive integer, not '$PAIRS'"
+[[ "$CONNS" =~ ^[1-9][0-9]*$ ]] || die "CONNS must be a positive integer, not '$CONNS'"
+[[ "$PIPELINE" =~ ^[1-9][0-9]*$ ]] || die "PIPELINE must be a positive integer, not '$PIPELINE'"
+[[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
+case "$WORKLOAD" in
+    get) RATIO=1:0;;
+    set) RATIO=0:1;;
+    mix) RATIO=90:10;;
+    *) die "unknown workload '$WORKLOAD' (get, set, mix)";;
+esac
+(( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
+[[ "$CONNS" -ge "$CLIENT_THREADS" ]] || die "CONNS ($CONNS) must be at least CLIENT_THREADS ($CLIENT_THREADS)"
+
+# The load generator, and the Larder of a side that names no binary: the
+# tree's build unless LARDER names another.
+LARDER_GIVEN="${LARDER:-}"
+LARDER="${LARDER:-$TREE_LARDER}"
+
+# side_name SPEC / side_binary SPEC: the server name and Larder binary of a
+# SPEC (the binary is empty for other servers).
+side_name() { echo "${1%%:*}"; }
+side_binary() {
+    local spec="$1"
+    case "$spec" in
+        larder-*:*) echo "${spec#*:}";;
+        larder-*) echo "$LARDER";;
+        *) echo "";;
+    esac
+}
+for spec in "$A" "$B"; do
+    case "$(side_name "$spec")" in
+        memcached|redis-none|redis-everysec|redis-always|larder-none|larder-everysec|larder-always) ;;
+        *) die "unknown server '$(side_name "$spec")' in '$spec'";;
+    esac
+    if [[ "$spec" == *:* && "$spec" != larder-*:* ]]; then
+        die "only a Larder server takes a binary: '$spec'"
+    fi
+done
+
+SERVER_PIN=() CLIENT_PIN=()   # taskset prefixes, empty when not pinned
+cpu_pin SERVER_PIN "$SERVER_CPUS"
+cpu_pin CLIENT_PIN "$CLIENT_CPUS"
+
+# ------------------------------------------------------------ dependencies
+needed=()
+for spec in "$A" "$B"; do
+    case "$(side_name "$spec")" in
+        memcached) needed+=(memcached);;
+        redis-*) needed+=(redis-server);;
+    esac
+done
+[[ ${#needed[@]} -gt 0 ]] && install_packages "${needed[@]}"
+if [[ -z "$LARDER_GIVEN" ]]; then
+    # Build (a no-op when up to date) so the binary used is the tree's.
+    log "building larder (cargo build --release -p larder)"
+    (cd "$REPO" && cargo build --release -p larder)
+fi
+[[ -x "$LARDER" ]] || die "no larder binary at $LARDER"
+for spec in "$A" "$B"; do
+    binary="$(side_binary "$spec")"
+    [[ -z "$binary" || -x "$binary" ]] || die "no larder binary at $binary"
+done
+command -v "$PYTHON" >/dev/null || die "python3 is needed for the report"
+want_fds=$(( CONNS * 2 + 256 ))
+if (( $(ulimit -n) < want_fds )); then
+    ulimit -n "$want_fds" 2>/dev/null || log "warning: could not raise the descriptor limit to $want_fds"
+fi
+
+# ------------------------------------------------------------- directories
+if [[ -z "${RESULTS_DIR:-}" ]]; then
+    RESULTS_DIR="$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs"
+    n=2
+    while [[ -e "$RESULTS_DIR" ]]; do RESULTS_DIR="$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs-$n"; n=$((n + 1)); done
+fi
+RAW="$RESULTS_DIR/raw"
+mkdir -p "$RAW"
+COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
+: >"$COMMANDS"
+if [[ -z "${WORK_DIR:-}" ]]; then
+    WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-pairs.XXXXXX")"
+    REMOVE_WORK_DIR=1
+else
+    mkdir -p "$WORK_DIR"
+    REMOVE_WORK_DIR=0
+fi
+
+declare -A SERVER_PID=()   # side (A or B) -> pid of its running server
+stop_server() {
+    stop_pid "${SERVER_PID[$1]:-}" "$1"
+    unset 'SERVER_PID[$1]'
+}
+on_exit_stop stop_all_servers
+
+# ------------------------------------------------------------ machine info
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    machine_facts
+    echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
+    echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
+    for side in A B; do
+        spec="${!side}"
+        binary="$(side_binary "$spec")"
+        if [[ -n "$binary" ]]; then
+            echo "larder_$side: $(larder_facts "$binary"), sha256 $(sha256sum "$binary" | cut -c1-16)"
+        fi
+    done
+    echo "load_generator: $(larder_facts "$LARDER")"
+    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE DURATION=$DURATION WARMUP=$WARMUP CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
+} >"$RESULTS_DIR/machine.txt"
+log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
+
+# ------------------------------------------------------------------- runs
+# run_side SIDE PAIR: one run of side A or B: start, preload, measure, stop.
+# Writes raw/pairPAIR-SIDE.json (larder bench) and .cpu (server CPU seconds
+# and wall seconds over the measured run, warm-up included).
+run_side() {
+    local side="$1" pair="$2" spec name binary port dir logf pid cmd=()
+    spec="${!side}"
+    name="$(side_name "$spec")"
+    binary="$(side_binary "$spec")"
+    port="$(free_port)"
+    dir="$WORK_DIR/pair$pair-$side"
+    logf="$dir.log"
+    mkdir -p "$dir"
+    server_command cmd "$name" "$port" "$dir" "$binary"
+    cmd=("${SERVER_PIN[@]}" "${cmd[@]}")
+    record "pair $pair $side start" "${cmd[@]}"
+    "${cmd[@]}" >"$logf" 2>&1 &
+    pid=$!
+    SERVER_PID[$side]=$pid
+    if ! wait_for_port "$port" "$pid"; then
+        tail -n 20 "$logf" >&2 || true
+        die "$spec did not start listening on 127.0.0.1:$port"
+    fi
+    local proto=memcached
+    [[ "$name" == redis-* ]] && proto=redis
+    local bench=("$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS" -v "$VALUE_SIZE" -q)
+    local preload=("${bench[@]}" --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$pair" --json)
+    record "pair $pair $side preload" "${preload[@]}"
+    "${preload[@]}" >"$RAW/pair$pair-$side.preload.json" 2>"$logf.preload" \
+        || die "preload of $spec failed: $(tail -n 3 "$logf.preload" | tr '\n' ' ')"
+    local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
+        -P "$PIPELINE" --ratio "$RATIO" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
+    record "pair $pair $side measure" "${measure[@]}"
+    local cpu_before cpu_after start_ns end_ns
+    cpu_before="$(cpu_seconds "$pid")"
+    start_ns="$(date +%s%N)"
+    "${measure[@]}" >"$RAW/pair$pair-$side.json" 2>"$logf.bench" \
+        || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
+    end_ns="$(date +%s%N)"
+    cpu_after="$(cpu_seconds "$pid")"
+    printf '{"server_cpu_s": %s, "wall_s": %s}\n' \
+        "$(awk -v a="$cpu_before" -v b="$cpu_after" 'BEGIN { printf "%.2f", b - a }')" \
+        "$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')" \
+        >"$RAW/pair$pair-$side.cpu"
+    stop_server "$side"
+    rm -rf -- "$dir"
+    log "  pair $pair $side ($spec): $("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")"
+}
+
+log "$PAIRS pairs of $WORKLOAD, $CONNS connections, pipeline $PIPELINE, $DURATION each: A=$A B=$B; results in $RESULTS_DIR"
+for ((pair = 1; pair <= PAIRS; pair++)); do
+    if (( pair % 2 == 1 )); then order=(A B); else order=(B A); fi
+    for side in "${order[@]}"; do run_side "$side" "$pair"; done
+done
+
+"$PYTHON" "$SCRIPT_DIR/pairs_report.py" "$RESULTS_DIR"
+log "report: $RESULTS_DIR/pairs.md"

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Report of a benchmarks/pairs.sh run (Python standard library only).
+
+    pairs_report.py RESULTS_DIR        writes RESULTS_DIR/pairs.{json,md}
+    pairs_report.py --line RUN.json    one line on one run, for the log
+
+Each pair is one run of A and one of B, back to back. The figure that
+matters is the median over pairs of B's throughput divided by A's: drift of
+the machine moves both runs of a pair together, and the median keeps one
+disturbed pair from moving the result. Server CPU per request is the
+server's CPU time (all threads) over the measured run, warm-up included,
+divided by the requests that run would make at its measured rate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import read_machine, settings_of  # noqa: E402  (the same machine.txt format)
+
+
+def load_run(path: Path) -> dict:
+    """One run: throughput, latency and server CPU per request."""
+    bench = json.loads(path.read_text())
+    cpu = json.loads(path.with_suffix(".cpu").read_text())
+    ops = bench["ops_per_second"]
+    served = ops * cpu["wall_s"]
+    return {
+        "ops_per_second": ops,
+        "p50_us": bench["latency"]["all"]["p50_us"],
+        "p99_us": bench["latency"]["all"]["p99_us"],
+        "errors": bench["errors"],
+        "server_cpu_s": cpu["server_cpu_s"],
+        "wall_s": cpu["wall_s"],
+        "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
+    }
+
+
+def line(path: Path) -> str:
+    run = load_run(path)
+    cpu = run["server_cpu_us_per_request"]
+    cpu_text = f"{cpu:.1f} us" if cpu is not None else "n/a"
+    return (f"{run['ops_per_second']:,.0f} ops/s, p50 {run['p50_us']:,.0f} us, "
+            f"p99 {run['p99_us']:,.0f} us, errors {run['errors']}, server CPU per request {cpu_text}")
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def build(results_dir: Path) -> dict:
+    raw = results_dir / "raw"
+    pairs = []
+    numbers = sorted({int(m.group(1)) for p in raw.glob("pair*-A.json")
+                      if (m := re.fullmatch(r"pair(\d+)-A\.json", p.name))})
+    for n in numbers:
+        a_path, b_path = raw / f"pair{n}-A.json", raw / f"pair{n}-B.json"
+        if not b_path.exists():
+            continue
+        a, b = load_run(a_path), load_run(b_path)
+        pairs.append({
+            "pair": n,
+            "order": "A B" if n % 2 == 1 else "B A",
+            "A": a,
+            "B": b,
+            "ratio_b_to_a": b["ops_per_second"] / a["ops_per_second"],
+        })
+    if not pairs:
+        raise SystemExit(f"no complete pairs under {raw}")
+    ratios = [p["ratio_b_to_a"] for p in pairs]
+    summary = {
+        "pairs": len(pairs),
+        "ratio_b_to_a": spread(ratios),
+        "b_ahead_in": sum(r > 1 for r in ratios),
+    }
+    for side in ("A", "B"):
+        summary[side] = {
+            "ops_per_second": spread([p[side]["ops_per_second"] for p in pairs]),
+            "p99_us": spread([p[side]["p99_us"] for p in pairs]),
+        }
+        cpus = [p[side]["server_cpu_us_per_request"] for p in pairs]
+        if all(c is not None for c in cpus):
+            summary[side]["server_cpu_us_per_request"] = spread(cpus)
+    return {"machine": read_machine(results_dir), "pairs": pairs, "summary": summary}
+
+
+def markdown(doc: dict) -> str:
+    settings = settings_of(doc["machine"])
+    s = doc["summary"]
+    md = [f"# Alternating pairs ({doc['machine'].get('date', 'undated')})", "", "Machine and settings:", ""]
+    md += [f"- {k}: `{v}`" for k, v in doc["machine"].items()]
+    md += [
+        "",
+        f"A = `{settings.get('A', '?')}`, B = `{settings.get('B', '?')}`: {settings.get('WORKLOAD', '?')}, "
+        f"{settings.get('CONNS', '?')} connections, pipeline {settings.get('PIPELINE', '?')}, "
+        f"{settings.get('DURATION', '?')} per run. Each pair ran A and B back to back, the order "
+        "alternating; every run started its server afresh. Server CPU is all of the server's threads "
+        "over the measured run (warm-up included), per request at the measured rate.",
+        "",
+        "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | A CPU µs/req | B CPU µs/req |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def cpu(value):
+        return f"{value:.1f}" if value is not None else "n/a"
+
+    for p in doc["pairs"]:
+        a, b = p["A"], p["B"]
+        md.append(f"| {p['pair']} | {p['order']} | {a['ops_per_second']:,.0f} | {b['ops_per_second']:,.0f} "
+                  f"| {p['ratio_b_to_a']:.3f}x | {a['p99_us']:,.0f} | {b['p99_us']:,.0f} "
+                  f"| {cpu(a['server_cpu_us_per_request'])} | {cpu(b['server_cpu_us_per_request'])} |")
+    r = s["ratio_b_to_a"]
+    with_errors = [f"pair {p['pair']} {side}" for p in doc["pairs"] for side in ("A", "B") if p[side]["errors"]]
+    if with_errors:
+        md += ["", f"**Runs with errors** (see raw/): {', '.join(with_errors)}."]
+    md += [
+        "",
+        f"**B / A: {r['median']:.3f}x** (median of {s['pairs']} pairs; min {r['min']:.3f}x, max {r['max']:.3f}x; "
+        f"B ahead in {s['b_ahead_in']} of {s['pairs']}).",
+        "",
+        "| side | ops/s median [min-max] | p99 µs median | server CPU µs per request, median [min-max] |",
+        "|---|---:|---:|---:|",
+    ]
+    for side in ("A", "B"):
+        ops = s[side]["ops_per_second"]
+        c = s[side].get("server_cpu_us_per_request")
+        cpu_text = f"{c['median']:.1f} [{c['min']:.1f}-{c['max']:.1f}]" if c else "n/a"
+        md.append(f"| {side} | {ops['median']:,.0f} [{ops['min']:,.0f}-{ops['max']:,.0f}] "
+                  f"| {s[side]['p99_us']['median']:,.0f} | {cpu_text} |")
+    return "\n".join(md) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "--line":
+        print(line(Path(argv[2])))
+        return 0
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results_dir = Path(argv[1])
+    doc = build(results_dir)
+    (results_dir / "pairs.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (results_dir / "pairs.md").write_text(markdown(doc))
+    print(f"wrote {results_dir / 'pairs.json'} and {results_dir / 'pairs.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
