@@ -113,10 +113,7 @@ command -v "$PYTHON" >/dev/null || die "python3 is needed for the report"
 # 500 connections need more descriptors than some defaults give.
 max_conns=1
 for c in $CONNS; do (( c > max_conns )) && max_conns=$c; done
-want_fds=$(( max_conns * 2 + 256 ))
-if (( $(ulimit -n) < want_fds )); then
-    ulimit -n "$want_fds" 2>/dev/null || log "warning: could not raise the descriptor limit to $want_fds"
-fi
+want_descriptors $(( max_conns * 2 + 256 ))
 
 # ------------------------------------------------------------- directories
 DATE="$(date +%Y-%m-%d)"
@@ -132,13 +129,7 @@ RAW="$RESULTS_DIR/raw"
 COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
 : >"$COMMANDS"
 
-if [[ -z "${WORK_DIR:-}" ]]; then
-    WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-compare.XXXXXX")"
-    REMOVE_WORK_DIR=1
-else
-    mkdir -p "$WORK_DIR"
-    REMOVE_WORK_DIR=0
-fi
+use_work_dir compare
 
 # ------------------------------------------------------- server lifecycle
 declare -A SERVER_PID=()   # name -> pid of the running server

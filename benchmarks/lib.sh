@@ -1,6 +1,11 @@
-# Helpers shared by the benchmark scripts (compare.sh, sustained_writes.sh,
-# sql_experiments.sh). Sourced, never run; the caller defines `log`, `die`,
-# PYTHON and INSTALL before calling them, and COMMANDS before `record`.
+# Helpers shared by the benchmark scripts (compare.sh, pairs.sh,
+# sustained_writes.sh, sql_experiments.sh). Sourced, never run; the caller
+# defines `log`, `die`, PYTHON and INSTALL before calling them, COMMANDS
+# before `record`, SERVER_THREADS and MEMORY_MB before `server_command`,
+# WORK_DIR before `machine_facts` and REPO before `larder_facts`.
+
+# positive NAME VALUE: dies unless VALUE is a positive integer.
+positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
 
 # on_exit_stop FUNCTION: whenever the script exits (also on SIGINT and
 # SIGTERM, with status 130 and 143), calls FUNCTION to stop what it started,
@@ -140,7 +145,8 @@ cpu_seconds() {
 # redis-everysec, redis-always, larder-none, larder-everysec or
 # larder-always) on 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
 # worker threads (Redis is single-threaded by design) and MEMORY_MB of
-# memory; Larder is LARDER_BINARY.
+# memory; Larder is LARDER_BINARY. ARRAY must not be one of its own locals
+# (out, name, port, dir, larder, aof).
 server_command() {
     local -n out="$1"
     local name="$2" port="$3" dir="$4" larder="$5"
@@ -163,6 +169,7 @@ server_command() {
             out=("$larder" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
                 -c 4096 --data-dir "$dir" --durability "${name#larder-}")
             ;;
+        *) die "no command for server '$name'";;
     esac
 }
 
@@ -180,11 +187,32 @@ machine_facts() {
 }
 
 # larder_facts BINARY: the binary's version and build time, and the commit
-# of the tree at REPO (flagged when crates/ or benchmarks/ differ from it).
+# the repository at REPO is at (flagged when its crates/ or benchmarks/
+# differ from it); that is the binary's commit only for the tree's build.
 larder_facts() {
     local binary="$1"
     printf '%s, binary built %s, tree HEAD %s%s\n' "$("$binary" --version)" \
         "$(date -u -r "$binary" +%Y-%m-%dT%H:%M:%SZ)" \
         "$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
         "$(git -C "$REPO" diff --quiet HEAD -- crates benchmarks 2>/dev/null || echo ' (crates/ or benchmarks/ has uncommitted changes)')"
+}
+
+# use_work_dir NAME: WORK_DIR as given (created if missing, kept at exit),
+# or a new temporary one named after NAME (removed at exit).
+use_work_dir() {
+    if [[ -z "${WORK_DIR:-}" ]]; then
+        WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-$1.XXXXXX")"
+        REMOVE_WORK_DIR=1
+    else
+        mkdir -p "$WORK_DIR"
+        REMOVE_WORK_DIR=0
+    fi
+}
+
+# want_descriptors N: raises the open-file limit to N if it is lower (a
+# warning, not an error, when it cannot).
+want_descriptors() {
+    if (( $(ulimit -n) < $1 )); then
+        ulimit -n "$1" 2>/dev/null || log "warning: could not raise the descriptor limit to $1"
+    fi
 }

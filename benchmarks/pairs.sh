@@ -36,7 +36,7 @@
 # Each run starts its server afresh on a free port of 127.0.0.1 with an
 # empty data directory, preloads every key, measures, and stops the server
 # by its PID (a trap stops whatever is still running on exit). The server's
-# CPU (all threads, from /proc/PID/stat) is read around the measured run.
+# CPU (all threads, from /proc/PID/stat) is read around the larder bench run.
 
 set -euo pipefail
 
@@ -69,10 +69,9 @@ die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- settings
 [[ -n "$A" && -n "$B" ]] || die "set A and B to the two servers to compare, e.g. A=larder-always:/tmp/old/larder B=larder-always"
-[[ "$PAIRS" =~ ^[1-9][0-9]*$ ]] || die "PAIRS must be a positive integer, not '$PAIRS'"
-[[ "$CONNS" =~ ^[1-9][0-9]*$ ]] || die "CONNS must be a positive integer, not '$CONNS'"
-[[ "$PIPELINE" =~ ^[1-9][0-9]*$ ]] || die "PIPELINE must be a positive integer, not '$PIPELINE'"
-[[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
+for setting in PAIRS CONNS PIPELINE KEYS VALUE_SIZE CLIENT_THREADS SERVER_THREADS MEMORY_MB; do
+    positive "$setting" "${!setting}"
+done
 case "$WORKLOAD" in
     get) RATIO=1:0;;
     set) RATIO=0:1;;
@@ -106,6 +105,8 @@ for spec in "$A" "$B"; do
     if [[ "$spec" == *:* && "$spec" != larder-*:* ]]; then
         die "only a Larder server takes a binary: '$spec'"
     fi
+    if [[ "$spec" == *: ]]; then die "no binary after ':' in '$spec'"; fi
+    if [[ "$spec" == larder-*:* && ! -x "${spec#*:}" ]]; then die "no larder binary at ${spec#*:}"; fi
 done
 
 SERVER_PIN=() CLIENT_PIN=()   # taskset prefixes, empty when not pinned
@@ -132,10 +133,7 @@ for spec in "$A" "$B"; do
     [[ -z "$binary" || -x "$binary" ]] || die "no larder binary at $binary"
 done
 command -v "$PYTHON" >/dev/null || die "python3 is needed for the report"
-want_fds=$(( CONNS * 2 + 256 ))
-if (( $(ulimit -n) < want_fds )); then
-    ulimit -n "$want_fds" 2>/dev/null || log "warning: could not raise the descriptor limit to $want_fds"
-fi
+want_descriptors $(( CONNS * 2 + 256 ))
 
 # ------------------------------------------------------------- directories
 if [[ -z "${RESULTS_DIR:-}" ]]; then
@@ -144,16 +142,13 @@ if [[ -z "${RESULTS_DIR:-}" ]]; then
     while [[ -e "$RESULTS_DIR" ]]; do RESULTS_DIR="$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs-$n"; n=$((n + 1)); done
 fi
 RAW="$RESULTS_DIR/raw"
+if compgen -G "$RAW/pair*" >/dev/null; then
+    die "$RESULTS_DIR already holds a run; give a new RESULTS_DIR"
+fi
 mkdir -p "$RAW"
 COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
 : >"$COMMANDS"
-if [[ -z "${WORK_DIR:-}" ]]; then
-    WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-pairs.XXXXXX")"
-    REMOVE_WORK_DIR=1
-else
-    mkdir -p "$WORK_DIR"
-    REMOVE_WORK_DIR=0
-fi
+use_work_dir pairs
 
 declare -A SERVER_PID=()   # side (A or B) -> pid of its running server
 stop_server() {
@@ -176,14 +171,16 @@ on_exit_stop stop_all_servers
         fi
     done
     echo "load_generator: $(larder_facts "$LARDER")"
+    # Larder reads no LARDER_* variables, but an experimental build might.
+    echo "environment: $(env | grep -E '^LARDER_' | sort | tr '\n' ' ')"
     echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE DURATION=$DURATION WARMUP=$WARMUP CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 
 # ------------------------------------------------------------------- runs
 # run_side SIDE PAIR: one run of side A or B: start, preload, measure, stop.
-# Writes raw/pairPAIR-SIDE.json (larder bench) and .cpu (server CPU seconds
-# and wall seconds over the measured run, warm-up included).
+# Writes raw/pairPAIR-SIDE.json (larder bench) and .cpu (the server's CPU
+# seconds over the whole larder bench run: connecting, warm-up, measuring).
 run_side() {
     local side="$1" pair="$2" spec name binary port dir logf pid cmd=()
     spec="${!side}"
@@ -213,20 +210,21 @@ run_side() {
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
         -P "$PIPELINE" --ratio "$RATIO" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
-    local cpu_before cpu_after start_ns end_ns
-    cpu_before="$(cpu_seconds "$pid")"
-    start_ns="$(date +%s%N)"
-    "${measure[@]}" >"$RAW/pair$pair-$side.json" 2>"$logf.bench" \
+    local cpu_before_s cpu_after_s
+    cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
+    "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
-    end_ns="$(date +%s%N)"
-    cpu_after="$(cpu_seconds "$pid")"
-    printf '{"server_cpu_s": %s, "wall_s": %s}\n' \
-        "$(awk -v a="$cpu_before" -v b="$cpu_after" 'BEGIN { printf "%.2f", b - a }')" \
-        "$(awk -v a="$start_ns" -v b="$end_ns" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')" \
+    cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
+    mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
+    printf '{"server_cpu_s": %s}\n' \
+        "$(awk -v a="$cpu_before_s" -v b="$cpu_after_s" 'BEGIN { printf "%.2f", b - a }')" \
         >"$RAW/pair$pair-$side.cpu"
     stop_server "$side"
     rm -rf -- "$dir"
-    log "  pair $pair $side ($spec): $("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")"
+    local summary
+    summary="$("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")" \
+        || die "cannot read the run in $RAW/pair$pair-$side.json"
+    log "  pair $pair $side ($spec): $summary"
 }
 
 log "$PAIRS pairs of $WORKLOAD, $CONNS connections, pipeline $PIPELINE, $DURATION each: A=$A B=$B; results in $RESULTS_DIR"

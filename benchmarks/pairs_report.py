@@ -8,8 +8,10 @@ Each pair is one run of A and one of B, back to back. The figure that
 matters is the median over pairs of B's throughput divided by A's: drift of
 the machine moves both runs of a pair together, and the median keeps one
 disturbed pair from moving the result. Server CPU per request is the
-server's CPU time (all threads) over the measured run, warm-up included,
-divided by the requests that run would make at its measured rate.
+server's CPU time (all threads) over the whole `larder bench` run
+(connecting, warm-up, measured phase, closing) divided by the requests of
+the warm-up and the measured phase at the measured rate; connecting and
+closing make it read slightly high, alike for both sides.
 """
 
 from __future__ import annotations
@@ -29,19 +31,19 @@ def load_run(path: Path) -> dict:
     bench = json.loads(path.read_text())
     cpu = json.loads(path.with_suffix(".cpu").read_text())
     ops = bench["ops_per_second"]
-    served = ops * cpu["wall_s"]
+    served = ops * (bench["measured_seconds"] + bench["settings"]["warmup_seconds"])
     return {
         "ops_per_second": ops,
         "p50_us": bench["latency"]["all"]["p50_us"],
         "p99_us": bench["latency"]["all"]["p99_us"],
         "errors": bench["errors"],
         "server_cpu_s": cpu["server_cpu_s"],
-        "wall_s": cpu["wall_s"],
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
     }
 
 
 def line(path: Path) -> str:
+    """One run in one line, for the script's log."""
     run = load_run(path)
     cpu = run["server_cpu_us_per_request"]
     cpu_text = f"{cpu:.1f} us" if cpu is not None else "n/a"
@@ -50,19 +52,24 @@ def line(path: Path) -> str:
 
 
 def spread(values: list[float]) -> dict:
+    """Median, min and max of `values`."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def build(results_dir: Path) -> dict:
     raw = results_dir / "raw"
-    pairs = []
-    numbers = sorted({int(m.group(1)) for p in raw.glob("pair*-A.json")
-                      if (m := re.fullmatch(r"pair(\d+)-A\.json", p.name))})
+    pairs, incomplete = [], []
+    numbers = sorted({int(m.group(1)) for p in raw.glob("pair*-?.json")
+                      if (m := re.fullmatch(r"pair(\d+)-[AB]\.json", p.name))})
     for n in numbers:
         a_path, b_path = raw / f"pair{n}-A.json", raw / f"pair{n}-B.json"
-        if not b_path.exists():
+        if not (a_path.exists() and b_path.exists()):
+            incomplete.append(n)
             continue
         a, b = load_run(a_path), load_run(b_path)
+        if a["ops_per_second"] <= 0:
+            incomplete.append(n)
+            continue
         pairs.append({
             "pair": n,
             "order": "A B" if n % 2 == 1 else "B A",
@@ -86,7 +93,8 @@ def build(results_dir: Path) -> dict:
         cpus = [p[side]["server_cpu_us_per_request"] for p in pairs]
         if all(c is not None for c in cpus):
             summary[side]["server_cpu_us_per_request"] = spread(cpus)
-    return {"machine": read_machine(results_dir), "pairs": pairs, "summary": summary}
+    return {"machine": read_machine(results_dir), "pairs": pairs, "incomplete_pairs": incomplete,
+            "summary": summary}
 
 
 def markdown(doc: dict) -> str:
@@ -100,7 +108,8 @@ def markdown(doc: dict) -> str:
         f"{settings.get('CONNS', '?')} connections, pipeline {settings.get('PIPELINE', '?')}, "
         f"{settings.get('DURATION', '?')} per run. Each pair ran A and B back to back, the order "
         "alternating; every run started its server afresh. Server CPU is all of the server's threads "
-        "over the measured run (warm-up included), per request at the measured rate.",
+        "over the whole load-generator run, per request of the warm-up and measured phase at the "
+        "measured rate (connecting and closing make it read slightly high).",
         "",
         "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | A CPU µs/req | B CPU µs/req |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -116,6 +125,9 @@ def markdown(doc: dict) -> str:
                   f"| {cpu(a['server_cpu_us_per_request'])} | {cpu(b['server_cpu_us_per_request'])} |")
     r = s["ratio_b_to_a"]
     with_errors = [f"pair {p['pair']} {side}" for p in doc["pairs"] for side in ("A", "B") if p[side]["errors"]]
+    if doc["incomplete_pairs"]:
+        md += ["", "**Left out** (a side missing or without requests): pairs "
+               + ", ".join(str(n) for n in doc["incomplete_pairs"]) + "."]
     if with_errors:
         md += ["", f"**Runs with errors** (see raw/): {', '.join(with_errors)}."]
     md += [
@@ -123,7 +135,7 @@ def markdown(doc: dict) -> str:
         f"**B / A: {r['median']:.3f}x** (median of {s['pairs']} pairs; min {r['min']:.3f}x, max {r['max']:.3f}x; "
         f"B ahead in {s['b_ahead_in']} of {s['pairs']}).",
         "",
-        "| side | ops/s median [min-max] | p99 µs median | server CPU µs per request, median [min-max] |",
+        "| side | ops/s median [min-max] | p99 µs, median over pairs | server CPU µs per request, median [min-max] |",
         "|---|---:|---:|---:|",
     ]
     for side in ("A", "B"):

@@ -174,10 +174,7 @@ if [[ -z "$LARDER_GIVEN" ]]; then
 fi
 [[ -x "$LARDER" ]] || die "no larder binary at $LARDER"
 
-want_fds=4096
-if (( $(ulimit -n) < want_fds )); then
-    ulimit -n "$want_fds" 2>/dev/null || log "warning: could not raise the descriptor limit to $want_fds"
-fi
+want_descriptors 4096
 
 # ------------------------------------------------------------- directories
 DATE="$(date +%Y-%m-%d)"
@@ -199,13 +196,7 @@ mkdir -p "$RAW"
 COMMANDS="$RAW/commands.txt"
 : >"$COMMANDS"
 
-if [[ -z "${WORK_DIR:-}" ]]; then
-    WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/larder-sql.XXXXXX")"
-    REMOVE_WORK_DIR=1
-else
-    mkdir -p "$WORK_DIR"
-    REMOVE_WORK_DIR=0
-fi
+use_work_dir sql
 
 # ------------------------------------------------------- server lifecycle
 declare -A SERVER_PID=()    # process name -> pid

@@ -77,7 +77,6 @@ log() { printf '[sustained %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- settings
-positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
 duration_like() {
     [[ "$2" =~ ^[0-9]+(\.[0-9]+)?(ms|s|m|min|h)?$ ]] || die "$1 must be a duration like 500ms, 10s or 10m, not '$2'"
 }

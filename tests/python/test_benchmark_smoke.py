@@ -14,6 +14,8 @@ import os
 import statistics
 from pathlib import Path
 
+import pytest
+
 from conftest import LARDER_BIN, REPO_ROOT, run_script
 
 SCRIPT_TIMEOUT_S = 240
@@ -188,9 +190,13 @@ def test_sql_experiments_script_refuses_cpus_the_machine_lacks(tmp_path):
 
 def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
     results = tmp_path / "results"
+    # A names its own binary (a link to the same build, under another name),
+    # B takes LARDER's: each side must start the binary it was given.
+    a_binary = tmp_path / "larder-a"
+    a_binary.symlink_to(LARDER_BIN)
     env = {
         **os.environ,
-        "A": f"larder-none:{LARDER_BIN}",
+        "A": f"larder-none:{a_binary}",
         "B": "larder-always",
         "PAIRS": "2",
         "WORKLOAD": "set",
@@ -226,15 +232,28 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
     starts = [c for c in commands if " start: " in c]
     assert [c.split(":")[0] for c in starts] == [
         "pair 1 A start", "pair 1 B start", "pair 2 B start", "pair 2 A start"]
-    assert all(c.endswith("--durability none") for c in starts if " A start" in c), starts
-    assert all(c.endswith("--durability always") for c in starts if " B start" in c), starts
+    for c in starts:
+        a_side = " A start: " in c
+        binary, durability = (str(a_binary), "none") if a_side else (LARDER_BIN, "always")
+        assert c.split(": ", 1)[1].startswith(f"{binary} serve "), c
+        assert c.endswith(f"--durability {durability}"), c
+    assert f"larder_A: " in (results / "machine.txt").read_text()
 
 
-def test_pairs_script_refuses_a_binary_for_a_server_that_is_not_larder(tmp_path):
-    env = {**os.environ, "A": "larder-none", "B": "memcached:/bin/true", "INSTALL": "0",
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("memcached:/bin/true", "only a Larder server takes a binary: 'memcached:/bin/true'"),
+        ("larder-none:", "no binary after ':' in 'larder-none:'"),
+        ("larder-none:/nonexistent/larder", "no larder binary at /nonexistent/larder"),
+        ("larder-sometimes", "unknown server 'larder-sometimes'"),
+    ],
+)
+def test_pairs_script_refuses_a_bad_side_before_writing_anything(tmp_path, spec, message):
+    env = {**os.environ, "A": "larder-none", "B": spec, "INSTALL": "0",
            "LARDER": LARDER_BIN, "RESULTS_DIR": str(tmp_path / "results")}
     log = tmp_path / "pairs.log"
     status = run_script(REPO_ROOT / "benchmarks" / "pairs.sh", env, log, SCRIPT_TIMEOUT_S)
     assert status != 0
-    assert "only a Larder server takes a binary: 'memcached:/bin/true'" in log.read_text()
+    assert message in log.read_text()
     assert not (tmp_path / "results").exists()
