@@ -76,23 +76,12 @@ die() { log "error: $*"; exit 1; }
 [[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
 for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c'"; done
 for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
-for w in $WORKLOADS; do
-    case "$w" in get|set|mix) ;; *) die "unknown workload '$w' (get, set, mix)";; esac
-done
-for s in $SERVERS; do
-    case "$s" in
-        memcached|redis-none|redis-everysec|redis-always|larder-none|larder-everysec|larder-always) ;;
-        *) die "unknown server '$s'";;
-    esac
-done
+for w in $WORKLOADS; do ratio_of "$w" >/dev/null; done
+for s in $SERVERS; do known_server "$s"; done
 
 SERVER_PIN=() CLIENT_PIN=() NO_PIN=()   # taskset prefixes, empty when not pinned
 cpu_pin SERVER_PIN "$SERVER_CPUS"
 cpu_pin CLIENT_PIN "$CLIENT_CPUS"
-
-ratio_of() {
-    case "$1" in get) echo "1:0";; set) echo "0:1";; mix) echo "90:10";; esac
-}
 
 # ------------------------------------------------------------ dependencies
 needed=()
@@ -119,9 +108,7 @@ want_descriptors $(( max_conns * 2 + 256 ))
 DATE="$(date +%Y-%m-%d)"
 if [[ -z "${RESULTS_DIR:-}" ]]; then
     COPY_LATEST="${COPY_LATEST:-1}"
-    RESULTS_DIR="$SCRIPT_DIR/results/$DATE"
-    n=2
-    while [[ -e "$RESULTS_DIR" ]]; do RESULTS_DIR="$SCRIPT_DIR/results/$DATE-$n"; n=$((n + 1)); done
+    RESULTS_DIR="$(fresh_results_dir "$SCRIPT_DIR/results/$DATE")"
 fi
 COPY_LATEST="${COPY_LATEST:-0}"
 mkdir -p "$RESULTS_DIR/raw"
@@ -134,11 +121,6 @@ use_work_dir compare
 # ------------------------------------------------------- server lifecycle
 declare -A SERVER_PID=()   # name -> pid of the running server
 CURRENT_PORT=""
-
-stop_server() {
-    stop_pid "${SERVER_PID[$1]:-}" "$1"
-    unset 'SERVER_PID[$1]'
-}
 
 on_exit_stop stop_all_servers
 
@@ -154,8 +136,6 @@ server_stats() {
     done
     exec 3<&-
 }
-
-protocol_of() { case "$1" in redis-*) echo redis;; *) echo memcached;; esac; }
 
 start_server() {
     local name="$1" round="$2" port dir logf pid
@@ -210,8 +190,7 @@ bench() {
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     machine_facts
-    echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
-    echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
+    kv_server_versions
     echo "larder: $(larder_facts "$LARDER")"
     echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
     echo "servers: $SERVERS"

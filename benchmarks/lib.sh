@@ -24,8 +24,15 @@ exit_cleanup() {
     exit "$status"
 }
 
+# stop_server NAME: stops the server the caller's SERVER_PID map holds
+# under NAME (a script with other needs defines its own after sourcing).
+stop_server() {
+    stop_pid "${SERVER_PID[$1]:-}" "$1"
+    unset 'SERVER_PID[$1]'
+}
+
 # stop_all_servers: stops every server in the caller's SERVER_PID map
-# (name -> pid) with the caller's stop_server NAME.
+# (name -> pid) with stop_server NAME.
 stop_all_servers() {
     local name
     for name in "${!SERVER_PID[@]}"; do stop_server "$name"; done
@@ -215,4 +222,39 @@ want_descriptors() {
     if (( $(ulimit -n) < $1 )); then
         ulimit -n "$1" 2>/dev/null || log "warning: could not raise the descriptor limit to $1"
     fi
+}
+
+# The servers compare.sh and pairs.sh know how to start (server_command).
+KV_SERVERS="memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always"
+
+# known_server NAME: dies unless NAME is one of KV_SERVERS.
+known_server() {
+    [[ " $KV_SERVERS " == *" $1 "* ]] || die "unknown server '$1' (one of: $KV_SERVERS)"
+}
+
+# protocol_of NAME: the protocol larder bench speaks to server NAME.
+protocol_of() { case "$1" in redis-*) echo redis;; *) echo memcached;; esac; }
+
+# ratio_of WORKLOAD: the gets:sets ratio of a workload (get, set or mix).
+ratio_of() {
+    case "$1" in
+        get) echo "1:0";;
+        set) echo "0:1";;
+        mix) echo "90:10";;
+        *) die "unknown workload '$1' (get, set, mix)";;
+    esac
+}
+
+# fresh_results_dir BASE: BASE, or BASE-2, BASE-3, ... whichever does not
+# exist yet.
+fresh_results_dir() {
+    local dir="$1" n=2
+    while [[ -e "$dir" ]]; do dir="$1-$n"; n=$((n + 1)); done
+    echo "$dir"
+}
+
+# kv_server_versions: "key: value" lines with the memcached and Redis versions.
+kv_server_versions() {
+    echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
+    echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
 }

@@ -72,14 +72,8 @@ die() { log "error: $*"; exit 1; }
 for setting in PAIRS CONNS PIPELINE KEYS VALUE_SIZE CLIENT_THREADS SERVER_THREADS MEMORY_MB; do
     positive "$setting" "${!setting}"
 done
-case "$WORKLOAD" in
-    get) RATIO=1:0;;
-    set) RATIO=0:1;;
-    mix) RATIO=90:10;;
-    *) die "unknown workload '$WORKLOAD' (get, set, mix)";;
-esac
+RATIO="$(ratio_of "$WORKLOAD")"
 (( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
-[[ "$CONNS" -ge "$CLIENT_THREADS" ]] || die "CONNS ($CONNS) must be at least CLIENT_THREADS ($CLIENT_THREADS)"
 
 # The load generator, and the Larder of a side that names no binary: the
 # tree's build unless LARDER names another.
@@ -98,10 +92,7 @@ side_binary() {
     esac
 }
 for spec in "$A" "$B"; do
-    case "$(side_name "$spec")" in
-        memcached|redis-none|redis-everysec|redis-always|larder-none|larder-everysec|larder-always) ;;
-        *) die "unknown server '$(side_name "$spec")' in '$spec'";;
-    esac
+    known_server "$(side_name "$spec")"
     if [[ "$spec" == *:* && "$spec" != larder-*:* ]]; then
         die "only a Larder server takes a binary: '$spec'"
     fi
@@ -128,18 +119,12 @@ if [[ -z "$LARDER_GIVEN" ]]; then
     (cd "$REPO" && cargo build --release -p larder)
 fi
 [[ -x "$LARDER" ]] || die "no larder binary at $LARDER"
-for spec in "$A" "$B"; do
-    binary="$(side_binary "$spec")"
-    [[ -z "$binary" || -x "$binary" ]] || die "no larder binary at $binary"
-done
 command -v "$PYTHON" >/dev/null || die "python3 is needed for the report"
 want_descriptors $(( CONNS * 2 + 256 ))
 
 # ------------------------------------------------------------- directories
 if [[ -z "${RESULTS_DIR:-}" ]]; then
-    RESULTS_DIR="$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs"
-    n=2
-    while [[ -e "$RESULTS_DIR" ]]; do RESULTS_DIR="$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs-$n"; n=$((n + 1)); done
+    RESULTS_DIR="$(fresh_results_dir "$SCRIPT_DIR/results/$(date +%Y-%m-%d)-pairs")"
 fi
 RAW="$RESULTS_DIR/raw"
 if compgen -G "$RAW/pair*" >/dev/null; then
@@ -151,18 +136,13 @@ COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
 use_work_dir pairs
 
 declare -A SERVER_PID=()   # side (A or B) -> pid of its running server
-stop_server() {
-    stop_pid "${SERVER_PID[$1]:-}" "$1"
-    unset 'SERVER_PID[$1]'
-}
 on_exit_stop stop_all_servers
 
 # ------------------------------------------------------------ machine info
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     machine_facts
-    echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
-    echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
+    kv_server_versions
     for side in A B; do
         spec="${!side}"
         binary="$(side_binary "$spec")"
@@ -200,9 +180,7 @@ run_side() {
         tail -n 20 "$logf" >&2 || true
         die "$spec did not start listening on 127.0.0.1:$port"
     fi
-    local proto=memcached
-    [[ "$name" == redis-* ]] && proto=redis
-    local bench=("$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS" -v "$VALUE_SIZE" -q)
+    local bench=("$LARDER" bench -s "127.0.0.1:$port" --protocol "$(protocol_of "$name")" -k "$KEYS" -v "$VALUE_SIZE" -q)
     local preload=("${bench[@]}" --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$pair" --json)
     record "pair $pair $side preload" "${preload[@]}"
     "${preload[@]}" >"$RAW/pair$pair-$side.preload.json" 2>"$logf.preload" \

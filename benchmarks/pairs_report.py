@@ -56,8 +56,21 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def run_orders(raw: Path) -> dict[int, str]:
+    """The order in which each pair's sides ran ("A B" or "B A"), from the
+    servers' start lines in commands.txt."""
+    orders: dict[int, list[str]] = {}
+    commands = raw / "commands.txt"
+    lines = commands.read_text().splitlines() if commands.exists() else []
+    for text in lines:
+        if m := re.match(r"pair (\d+) ([AB]) start: ", text):
+            orders.setdefault(int(m.group(1)), []).append(m.group(2))
+    return {n: " ".join(sides) for n, sides in orders.items()}
+
+
 def build(results_dir: Path) -> dict:
     raw = results_dir / "raw"
+    orders = run_orders(raw)
     pairs, incomplete = [], []
     numbers = sorted({int(m.group(1)) for p in raw.glob("pair*-?.json")
                       if (m := re.fullmatch(r"pair(\d+)-[AB]\.json", p.name))})
@@ -72,7 +85,7 @@ def build(results_dir: Path) -> dict:
             continue
         pairs.append({
             "pair": n,
-            "order": "A B" if n % 2 == 1 else "B A",
+            "order": orders.get(n, "unknown"),
             "A": a,
             "B": b,
             "ratio_b_to_a": b["ops_per_second"] / a["ops_per_second"],

@@ -237,7 +237,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
         binary, durability = (str(a_binary), "none") if a_side else (LARDER_BIN, "always")
         assert c.split(": ", 1)[1].startswith(f"{binary} serve "), c
         assert c.endswith(f"--durability {durability}"), c
-    assert f"larder_A: " in (results / "machine.txt").read_text()
+    assert "larder_A: " in (results / "machine.txt").read_text()
 
 
 @pytest.mark.parametrize(
