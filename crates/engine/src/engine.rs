@@ -11,6 +11,7 @@ use crate::clock::{is_expired, Clock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
+use crate::idle::IdleSignal;
 use crate::item::Item;
 use crate::keydir::{self, Entry, Keydir, BIT_FETCHED, BIT_REFERENCED, BIT_STALE, BIT_WIN_SENT};
 use crate::log::{CommitFuture, Log, Segments, Ticket};
@@ -164,6 +165,17 @@ impl Engine {
     /// longer than one `write(2)`.
     pub fn commit_async(&self, ticket: Ticket) -> CommitFuture {
         self.inner.log.commit_async(ticket)
+    }
+
+    /// Lets group commits under `Always` wait for more committers while the
+    /// threads that run them are busy, which the host tells through
+    /// `signal` (see [`IdleSignal`]). The threads that report must be the
+    /// ones that commit: a committer elsewhere, with no thread reporting,
+    /// may wait as long as the previous sync took (at most 2 ms) for its
+    /// group to fill. Returns false, and keeps the first, if a signal is
+    /// attached already.
+    pub fn attach_idle_signal(&self, signal: Arc<IdleSignal>) -> bool {
+        self.inner.log.attach_idle_signal(signal)
     }
 
     /// Writes out and `fdatasync`s everything written so far, whatever the
@@ -404,6 +416,7 @@ impl Inner {
             group_commits: load(&counters.group_commits),
             group_commit_writers: load(&counters.group_commit_writers),
             group_commit_writers_max: load(&counters.group_commit_writers_max),
+            group_commits_waited: load(&counters.group_commits_waited),
             compactions: load(&counters.compactions),
             compaction_bytes_read: load(&counters.compaction_bytes_read),
             compaction_bytes_written: load(&counters.compaction_bytes_written),

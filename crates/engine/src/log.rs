@@ -18,8 +18,9 @@
 //! `Always` nothing is acknowledged before a sync, so the request path
 //! normally writes nothing (only past [`BUFFER_BYTES_SOFT_MAX`] of unwritten
 //! records, or to retry a failed write): the sync thread writes each group
-//! with one `pwrite` just
-//! before its `fdatasync`, and the log is not mapped, since every
+//! with one `pwrite` just before its `fdatasync` (having let the group fill
+//! while the host's request threads were busy, see [`Log::fill_group`]),
+//! and the log is not mapped, since every
 //! `fdatasync` would make the mapped pages read-only again (see
 //! [`FsFile::map_reserved_writes`](crate::fs::FsFile::map_reserved_writes)).
 //! The reserved tail of the active segment is zeros, which recovery tells
@@ -42,6 +43,7 @@
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::fs::{join, Fs};
+use crate::idle::IdleSignal;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::Counters;
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -49,7 +51,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,10 @@ const RESERVE_AHEAD: u64 = 8 << 20;
 const RESERVE_STEP: u64 = 256 << 10;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest a group commit waits for busy request threads to bring more
+/// committers (see [`Log::sync_loop`]): it waits no longer than the
+/// previous sync took, and never longer than this.
+const GROUP_WAIT_MAX: Duration = Duration::from_millis(2);
 /// How long the sync thread waits before it retries a failed write.
 const WRITE_RETRY_PAUSE: Duration = Duration::from_millis(20);
 
@@ -233,6 +239,19 @@ pub struct Log {
     flush_seq: Arc<AtomicU64>,
     /// Next seq to hand out (stamped on new segment headers).
     next_seq: Arc<AtomicU64>,
+    /// The host's reports that its request threads ran out of work, if it
+    /// gives them ([`Log::attach_idle_signal`]).
+    idle: OnceLock<Arc<IdleSignal>>,
+}
+
+/// What the sync thread remembers of its previous round.
+struct Round {
+    /// The idle signal's reports when it began.
+    idle_reports: u64,
+    /// When it ended.
+    ended: Instant,
+    /// How long it took.
+    took: Duration,
 }
 
 impl Log {
@@ -287,7 +306,19 @@ impl Log {
             sealed: Mutex::new(Vec::new()),
             flush_seq,
             next_seq,
+            idle: OnceLock::new(),
         }
+    }
+
+    /// Lets group commits under `Always` wait while `signal` says the
+    /// request threads are busy (see [`Log::sync_loop`]). Returns false,
+    /// and keeps the first, if a signal is attached already.
+    pub fn attach_idle_signal(&self, signal: Arc<IdleSignal>) -> bool {
+        self.idle.set(signal).is_ok()
+    }
+
+    fn idle_reports(&self) -> u64 {
+        self.idle.get().map_or(0, |signal| signal.reports())
     }
 
     /// Refuses new writes while the log cannot accept them: after a failed
@@ -666,8 +697,16 @@ impl Log {
 
     /// The sync thread's body: syncs when asked (`Always`), once a second
     /// (`EverySec`), or only writes buffers out (`None`). Returns at shutdown.
+    ///
+    /// Under `Always`, with an idle signal attached, a sync for waiting
+    /// committers first lets the group fill ([`Log::fill_group`]).
     pub fn sync_loop(&self) {
         let mut last_sync = Instant::now();
+        let mut previous = Round {
+            idle_reports: self.idle_reports(),
+            ended: last_sync,
+            took: Duration::ZERO,
+        };
         loop {
             {
                 let mut sync = self.sync.lock();
@@ -708,9 +747,18 @@ impl Log {
                     }
                 }
             }
+            self.fill_group(&previous);
+            let idle_reports = self.idle_reports();
             last_sync = Instant::now();
             // Errors are recorded (sticky for sync) and reported to committers.
-            if self.sync_round().is_err() && self.write_failing.load(Ordering::Acquire) {
+            let result = self.sync_round();
+            let ended = Instant::now();
+            previous = Round {
+                idle_reports,
+                ended,
+                took: ended.saturating_duration_since(last_sync),
+            };
+            if result.is_err() && self.write_failing.load(Ordering::Acquire) {
                 // Committers retry the write themselves and get its error;
                 // this thread retries too, but not in a tight loop.
                 let deadline = Instant::now() + WRITE_RETRY_PAUSE;
@@ -721,6 +769,33 @@ impl Log {
                 }
             }
         }
+    }
+
+    /// Under `Always` with an idle signal: if no request thread has run out
+    /// of work since the `previous` sync began, more committers are on
+    /// their way (their requests are read but not yet appended), so waits
+    /// for them to join this group: until a thread runs out of work, or as
+    /// long after the previous sync as it took, at most [`GROUP_WAIT_MAX`].
+    ///
+    /// Under load this makes groups larger and syncs fewer, which saves
+    /// the CPU each sync costs; a lone committer, or committers that all
+    /// wait for this sync, never wait here, since their threads have run
+    /// out of work.
+    fn fill_group(&self, previous: &Round) {
+        if self.durability != Durability::Always {
+            return;
+        }
+        let Some(signal) = self.idle.get() else {
+            return;
+        };
+        let deadline = previous.ended + previous.took.min(GROUP_WAIT_MAX);
+        if signal.reports() != previous.idle_reports || Instant::now() >= deadline {
+            return;
+        }
+        self.counters
+            .group_commits_waited
+            .fetch_add(1, Ordering::Relaxed);
+        signal.wait_past(previous.idle_reports, deadline);
     }
 
     /// Writes the buffer out and, unless durability is `None`, syncs the

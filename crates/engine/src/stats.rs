@@ -35,6 +35,9 @@ pub struct Counters {
     pub group_commit_writers: AtomicU64,
     /// Largest number of committers one sync covered.
     pub group_commit_writers_max: AtomicU64,
+    /// Group commits whose sync waited for busy request threads to bring
+    /// more committers (`Always` with an idle signal attached).
+    pub group_commits_waited: AtomicU64,
     /// Segments sealed by the log.
     pub segments_sealed: AtomicU64,
     /// Compaction runs finished (one per output segment), bytes they read
@@ -141,6 +144,8 @@ pub struct Stats {
     pub group_commit_writers: u64,
     /// Largest group.
     pub group_commit_writers_max: u64,
+    /// Group commits that waited for busy request threads.
+    pub group_commits_waited: u64,
     /// Compaction runs (one per output segment), bytes read and written.
     pub compactions: u64,
     /// Bytes compaction read.

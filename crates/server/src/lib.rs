@@ -208,16 +208,36 @@ fn accept(
 /// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
 /// `on_ready` is called with the bound address once it accepts connections.
 pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
+    serve_until(config, on_ready, termination())
+}
+
+/// Runs a server with `config` on a new runtime until `shutdown` resolves.
+/// `on_ready` is called with the bound address once it accepts connections.
+///
+/// The runtime's workers report to the engine each time they run out of
+/// work, so that a group commit under `always` waits for the committers a
+/// busy worker is about to bring (see [`larder_engine::IdleSignal`]).
+pub fn serve_until(
+    config: ServerConfig,
+    on_ready: impl FnOnce(SocketAddr),
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let idle = Arc::new(larder_engine::IdleSignal::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)
         .thread_name("larder-worker")
+        .on_thread_park({
+            let idle = Arc::clone(&idle);
+            move || idle.report()
+        })
         .enable_all()
         .build()
         .map_err(ServerError::Runtime)?;
     runtime.block_on(async move {
         let server = Server::bind(config).await?;
+        server.engine().attach_idle_signal(idle);
         on_ready(server.local_addr());
-        server.run_until(termination()).await
+        server.run_until(shutdown).await
     })
 }
 

@@ -191,6 +191,7 @@ impl ServerStats {
             "group_commit_writers_max",
             engine.group_commit_writers_max,
         );
+        stat(out, "group_commits_waited", engine.group_commits_waited);
         stat(out, "compactions", engine.compactions);
         stat(out, "compaction_bytes_read", engine.compaction_bytes_read);
         stat(

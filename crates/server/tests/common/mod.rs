@@ -2,16 +2,17 @@
 //! its own runtime thread, a raw text-protocol socket, and a `memcache`
 //! client.
 //!
-//! A [`TestServer`] owns the thread that runs `Server::run_until`; stopping
-//! it (explicitly or by dropping it) sends the shutdown signal and joins the
-//! thread, so when `stop` returns the engine has been synced and closed and
-//! the data directory may be opened again. Each test file compiles this
+//! A [`TestServer`] owns the thread that runs `larder_server::serve_until`
+//! (the runtime the binary runs on); stopping it (explicitly or by dropping
+//! it) sends the shutdown signal and joins the thread, so when `stop`
+//! returns the engine has been synced and closed and the data directory may
+//! be opened again. Each test file compiles this
 //! module separately and uses only part of it.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing)]
 
 use larder_engine::Durability;
-use larder_server::{Server, ServerConfig, ServerError};
+use larder_server::{ServerConfig, ServerError};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -59,35 +60,25 @@ impl TestServer {
         let thread = std::thread::Builder::new()
             .name("test-server".to_owned())
             .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(config.threads)
-                    .enable_all()
-                    .build()
-                    .map_err(ServerError::Runtime)?;
-                runtime.block_on(async move {
-                    let server = match Server::bind(config).await {
-                        Ok(server) => server,
-                        Err(error) => {
-                            let _ = ready_sender.send(None);
-                            return Err(error);
-                        }
-                    };
-                    let _ = ready_sender.send(Some(server.local_addr()));
-                    server
-                        .run_until(async {
-                            let _ = shutdown_signal.await;
-                        })
-                        .await
-                })
+                larder_server::serve_until(
+                    config,
+                    move |addr| {
+                        let _ = ready_sender.send(addr);
+                    },
+                    async {
+                        let _ = shutdown_signal.await;
+                    },
+                )
             })
             .unwrap();
-        match ready.recv().unwrap() {
-            Some(addr) => TestServer {
+        // The sender is dropped unsent if the server fails to start.
+        match ready.recv() {
+            Ok(addr) => TestServer {
                 addr,
                 shutdown: Some(shutdown),
                 thread: Some(thread),
             },
-            None => panic!("server did not start: {:?}", thread.join().unwrap()),
+            Err(_) => panic!("server did not start: {:?}", thread.join().unwrap()),
         }
     }
 
