@@ -20,8 +20,8 @@
 //! records, or to retry a failed write): the sync thread writes each group
 //! with one `pwrite` just before its `fdatasync` (having let the group fill
 //! while the host's request threads were busy, see [`Log::fill_group`]),
-//! and the log is not mapped, since every
-//! `fdatasync` would make the mapped pages read-only again (see
+//! and the log is not mapped, since every `fdatasync` would make the
+//! mapped pages read-only again (see
 //! [`FsFile::map_reserved_writes`](crate::fs::FsFile::map_reserved_writes)).
 //! The reserved tail of the active segment is zeros, which recovery tells
 //! apart from a torn write; sealing a segment cuts it off.
@@ -73,8 +73,8 @@ const RESERVE_STEP: u64 = 256 << 10;
 /// How often the sync thread syncs in `everysec` mode.
 const SYNC_INTERVAL: Duration = Duration::from_secs(1);
 /// Longest a group commit waits for busy request threads to bring more
-/// committers (see [`Log::sync_loop`]): it waits no longer than the
-/// previous sync took, and never longer than this.
+/// committers (see [`Log::fill_group`]): it waits no longer than the
+/// previous round took, and never longer than this.
 const GROUP_WAIT_MAX: Duration = Duration::from_millis(2);
 /// How long the sync thread waits before it retries a failed write.
 const WRITE_RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -245,13 +245,28 @@ pub struct Log {
 }
 
 /// What the sync thread remembers of its previous round.
+#[derive(Debug, Clone, Copy)]
 struct Round {
     /// The idle signal's reports when it began.
     idle_reports: u64,
+    /// When its write and sync began.
+    began: Instant,
     /// When it ended.
     ended: Instant,
-    /// How long it took.
-    took: Duration,
+}
+
+/// Until when a sync for waiting committers waits for the group to fill,
+/// if at all ([`Log::fill_group`]): not if a request thread has run out of
+/// work since the `previous` round began (the idle signal has more than its
+/// `idle_reports` now), otherwise until as long after the previous round
+/// as it took, at most [`GROUP_WAIT_MAX`], if that is still ahead of `now`.
+fn group_deadline(previous: &Round, idle_reports: u64, now: Instant) -> Option<Instant> {
+    if idle_reports != previous.idle_reports {
+        return None;
+    }
+    let took = previous.ended.saturating_duration_since(previous.began);
+    let deadline = previous.ended + took.min(GROUP_WAIT_MAX);
+    (now < deadline).then_some(deadline)
 }
 
 impl Log {
@@ -704,8 +719,8 @@ impl Log {
         let mut last_sync = Instant::now();
         let mut previous = Round {
             idle_reports: self.idle_reports(),
+            began: last_sync,
             ended: last_sync,
-            took: Duration::ZERO,
         };
         loop {
             {
@@ -747,17 +762,9 @@ impl Log {
                     }
                 }
             }
-            self.fill_group(&previous);
-            let idle_reports = self.idle_reports();
-            last_sync = Instant::now();
             // Errors are recorded (sticky for sync) and reported to committers.
-            let result = self.sync_round();
-            let ended = Instant::now();
-            previous = Round {
-                idle_reports,
-                ended,
-                took: ended.saturating_duration_since(last_sync),
-            };
+            let result = self.group_round(&mut previous);
+            last_sync = previous.began;
             if result.is_err() && self.write_failing.load(Ordering::Acquire) {
                 // Committers retry the write themselves and get its error;
                 // this thread retries too, but not in a tight loop.
@@ -771,16 +778,35 @@ impl Log {
         }
     }
 
+    /// One round of the sync thread: lets the group fill
+    /// ([`Log::fill_group`]), then [`Log::sync_round`]; `previous` becomes
+    /// this round.
+    fn group_round(&self, previous: &mut Round) -> Result<()> {
+        self.fill_group(previous);
+        let idle_reports = self.idle_reports();
+        let began = Instant::now();
+        let result = self.sync_round();
+        *previous = Round {
+            idle_reports,
+            began,
+            ended: Instant::now(),
+        };
+        result
+    }
+
     /// Under `Always` with an idle signal: if no request thread has run out
-    /// of work since the `previous` sync began, more committers are on
-    /// their way (their requests are read but not yet appended), so waits
-    /// for them to join this group: until a thread runs out of work, or as
-    /// long after the previous sync as it took, at most [`GROUP_WAIT_MAX`].
+    /// of work since the `previous` round began, the threads are busy and
+    /// may be about to bring more committers, so waits for them to join this
+    /// group: until a thread runs out of work, or as long after the
+    /// previous round as it took, at most [`GROUP_WAIT_MAX`]
+    /// ([`group_deadline`]).
     ///
-    /// Under load this makes groups larger and syncs fewer, which saves
-    /// the CPU each sync costs; a lone committer, or committers that all
-    /// wait for this sync, never wait here, since their threads have run
-    /// out of work.
+    /// Under load this makes groups larger and syncs fewer, which saves the
+    /// CPU each sync costs, at the price of up to that wait in each write's
+    /// latency. A committer whose thread has nothing else to do does not
+    /// wait: its thread runs out of work while the previous round syncs. A
+    /// committer among busy threads may wait even if no other committer
+    /// comes, since any work counts, reads too.
     fn fill_group(&self, previous: &Round) {
         if self.durability != Durability::Always {
             return;
@@ -788,10 +814,9 @@ impl Log {
         let Some(signal) = self.idle.get() else {
             return;
         };
-        let deadline = previous.ended + previous.took.min(GROUP_WAIT_MAX);
-        if signal.reports() != previous.idle_reports || Instant::now() >= deadline {
+        let Some(deadline) = group_deadline(previous, signal.reports(), Instant::now()) else {
             return;
-        }
+        };
         self.counters
             .group_commits_waited
             .fetch_add(1, Ordering::Relaxed);
@@ -1083,4 +1108,57 @@ enum SyncWait<'a> {
     Settled(Result<()>),
     /// Not yet synced: a sync is asked for; wait under this lock.
     Pending(MutexGuard<'a, SyncState>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(idle_reports: u64, began: Instant, took: Duration) -> Round {
+        Round {
+            idle_reports,
+            began,
+            ended: began + took,
+        }
+    }
+
+    #[test]
+    fn busy_threads_make_the_sync_wait_as_long_as_the_previous_round_took() {
+        let began = Instant::now();
+        let previous = round(7, began, Duration::from_micros(900));
+        let ended = previous.ended;
+        assert_eq!(
+            group_deadline(&previous, 7, ended),
+            Some(ended + Duration::from_micros(900))
+        );
+        // Part of the wait already passed: the same deadline.
+        assert_eq!(
+            group_deadline(&previous, 7, ended + Duration::from_micros(500)),
+            Some(ended + Duration::from_micros(900))
+        );
+    }
+
+    #[test]
+    fn the_wait_never_exceeds_its_cap() {
+        let previous = round(0, Instant::now(), Duration::from_secs(3));
+        assert_eq!(
+            group_deadline(&previous, 0, previous.ended),
+            Some(previous.ended + GROUP_WAIT_MAX)
+        );
+    }
+
+    #[test]
+    fn no_wait_once_a_thread_ran_out_of_work_or_the_deadline_passed() {
+        let previous = round(7, Instant::now(), Duration::from_millis(1));
+        assert_eq!(group_deadline(&previous, 8, previous.ended), None);
+        let deadline = previous.ended + Duration::from_millis(1);
+        assert_eq!(group_deadline(&previous, 7, deadline), None);
+        assert_eq!(
+            group_deadline(&previous, 7, deadline + Duration::from_secs(1)),
+            None
+        );
+        // The first round (nothing before it took any time) never waits.
+        let first = round(0, Instant::now(), Duration::ZERO);
+        assert_eq!(group_deadline(&first, 0, first.ended), None);
+    }
 }

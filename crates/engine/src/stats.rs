@@ -35,8 +35,8 @@ pub struct Counters {
     pub group_commit_writers: AtomicU64,
     /// Largest number of committers one sync covered.
     pub group_commit_writers_max: AtomicU64,
-    /// Group commits whose sync waited for busy request threads to bring
-    /// more committers (`Always` with an idle signal attached).
+    /// Syncs for waiting committers that first waited for busy request
+    /// threads to bring more (`Always` with an idle signal attached).
     pub group_commits_waited: AtomicU64,
     /// Segments sealed by the log.
     pub segments_sealed: AtomicU64,

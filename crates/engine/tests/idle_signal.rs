@@ -1,7 +1,9 @@
 //! Group commits under `Always` with an idle signal attached: a sync may
 //! wait for busy request threads to bring more committers, but every
-//! committer is still acknowledged, and only after its write is durable,
-//! whether the host reports idleness often, never, or not at all.
+//! committer is still acknowledged and its write is there after a reopen,
+//! whether no signal is attached, one is attached and never reported, or
+//! one is reported often. (The decision to wait and the signal itself are
+//! unit-tested in `log.rs` and `idle.rs`.)
 
 #![allow(clippy::unwrap_used)]
 
@@ -81,17 +83,15 @@ fn run(host: Host) {
     stop.store(true, Ordering::Relaxed);
     if let Some(reporter) = reporter {
         reporter.join().unwrap();
-        assert!(signal.reports() > 0);
     }
 
     let stats = engine.stats();
     assert!(stats.group_commits > 0, "{host:?}: {stats:?}");
-    assert!(
-        stats.group_commits_waited <= stats.group_commits,
-        "{host:?}: {stats:?}"
-    );
     if matches!(host, Host::Detached) {
-        assert_eq!(stats.group_commits_waited, 0, "{host:?}: no signal");
+        assert_eq!(
+            stats.group_commits_waited, 0,
+            "no signal, no wait: {stats:?}"
+        );
     }
 
     Arc::into_inner(engine).unwrap().close().unwrap();

@@ -14,12 +14,19 @@
 //!  │                                  │        │ files, compaction    │
 //!  │ signal task: SIGTERM/SIGINT ->   │        │ larder-maint: expiry,│
 //!  │  stop accepting, drain, sync     │        │ flush, value cache   │
+//!  │                                  │ idle   │                      │
+//!  │ worker about to park ────────────│ ─────> │ larder-sync: may let │
+//!  │                                  │        │ a group fill first   │
 //!  └──────────────────────────────────┘        └──────────────────────┘
 //! ```
 //!
 //! Engine calls run on the connection's task: they take one partition lock
 //! and copy a value, so they are short; only the commit waits, and it waits
-//! as a future, so a worker thread never blocks on `fdatasync`.
+//! as a future, so a worker thread never blocks on `fdatasync`. Each
+//! worker that finds no task to run reports it to the engine's
+//! [`IdleSignal`](larder_engine::IdleSignal) before it parks: under
+//! `always`, while no worker has, the sync thread lets the next group
+//! commit gather more committers ([`serve_until`]).
 //!
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
@@ -214,9 +221,12 @@ pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()
 /// Runs a server with `config` on a new runtime until `shutdown` resolves.
 /// `on_ready` is called with the bound address once it accepts connections.
 ///
-/// The runtime's workers report to the engine each time they run out of
-/// work, so that a group commit under `always` waits for the committers a
-/// busy worker is about to bring (see [`larder_engine::IdleSignal`]).
+/// Each of the runtime's workers reports to the engine whenever it finds
+/// no task to run and is about to park (before it polls for I/O), so that
+/// under `always` a group commit waits, while the workers stay busy, for
+/// the committers they may be about to bring (see
+/// [`larder_engine::IdleSignal`]; at most as long as the previous sync
+/// round took, and 2 ms).
 pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
@@ -235,7 +245,8 @@ pub fn serve_until(
         .map_err(ServerError::Runtime)?;
     runtime.block_on(async move {
         let server = Server::bind(config).await?;
-        server.engine().attach_idle_signal(idle);
+        let attached = server.engine().attach_idle_signal(idle);
+        assert!(attached, "a new engine has no idle signal yet");
         on_ready(server.local_addr());
         server.run_until(shutdown).await
     })

@@ -90,7 +90,7 @@ impl TestServer {
     }
 
     /// Signals shutdown and waits until the server has stopped and its
-    /// engine is synced and closed; returns what `run_until` returned.
+    /// engine is synced and closed; returns what `serve_until` returned.
     pub fn stop(mut self) -> Result<(), ServerError> {
         self.stop_in_place()
     }
