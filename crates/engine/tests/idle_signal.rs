@@ -12,6 +12,7 @@ mod common;
 use common::{keys, set, value};
 use larder_engine::fs::OsFs;
 use larder_engine::{Clock, Config, Durability, Engine, IdleSignal};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,14 @@ enum Host {
     Silent,
     /// Attached, reported every 50 µs from a thread of its own.
     Reporting,
+}
+
+/// `Always` on real files in `dir`, so each sync takes a real `fdatasync`.
+fn always_config(dir: &Path) -> Config {
+    let mut config = Config::new(dir);
+    config.durability = Durability::Always;
+    config.background_threads = false;
+    config
 }
 
 fn open_os(config: &Config) -> Engine {
@@ -54,9 +63,7 @@ fn commit_concurrently(engine: &Arc<Engine>, keys: &Arc<Vec<Vec<u8>>>) {
 
 fn run(host: Host) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.durability = Durability::Always;
-    config.background_threads = false;
+    let config = always_config(dir.path());
     let engine = Arc::new(open_os(&config));
     let signal = Arc::new(IdleSignal::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -123,9 +130,7 @@ fn every_committer_is_acknowledged_when_the_host_reports_idleness() {
 #[test]
 fn a_second_signal_is_refused_and_the_first_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path());
-    config.durability = Durability::Always;
-    config.background_threads = false;
+    let config = always_config(dir.path());
     let engine = open_os(&config);
     let first = Arc::new(IdleSignal::default());
     assert!(engine.attach_idle_signal(Arc::clone(&first)));
