@@ -109,7 +109,13 @@ impl Engine {
                 .map_err(|e| Error::io(format!("starting thread {name}"), e))
         };
         let log = Arc::clone(&self.inner.log);
-        threads.push(spawn("larder-sync", Box::new(move || log.sync_loop()))?);
+        threads.push(spawn(
+            "larder-sync",
+            Box::new(move || {
+                crate::scheduling::run_as_batch();
+                log.sync_loop();
+            }),
+        )?);
         if !background {
             return Ok(());
         }

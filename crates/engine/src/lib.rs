@@ -55,6 +55,7 @@ pub mod record;
 mod recovery;
 pub mod salvage;
 pub mod scan;
+mod scheduling;
 pub mod segment;
 mod stats;
 

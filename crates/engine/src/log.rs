@@ -2,7 +2,8 @@
 //! segments, and makes writes durable according to the [`Durability`] mode.
 //!
 //! Threads: any writer thread calls [`Log::append`] (with its partition lock
-//! held) and later [`Log::commit`]; one sync thread, started by the engine,
+//! held) and later [`Log::commit`]; one sync thread, started by the engine
+//! as a batch thread (see [`run_as_batch`](crate::scheduling::run_as_batch)),
 //! runs [`Log::sync_loop`]. Appends go to an in-memory buffer under the log
 //! lock (O(record) work) and are `fdatasync`ed by the sync thread.
 //!

@@ -26,7 +26,8 @@
 //! worker that finds no task to run reports it to the engine's
 //! [`IdleSignal`](larder_engine::IdleSignal) before it parks: under
 //! `always`, while no worker has, the sync thread lets the next group
-//! commit gather more committers ([`serve_until`]).
+//! commit gather more committers ([`serve_until`]). The sync thread runs
+//! as a batch thread: its wake-ups do not preempt a busy worker.
 //!
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
