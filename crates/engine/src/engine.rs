@@ -112,7 +112,9 @@ impl Engine {
         threads.push(spawn(
             "larder-sync",
             Box::new(move || {
-                crate::scheduling::run_as_batch();
+                if !crate::scheduling::run_as_batch() {
+                    tracing::debug!("the sync thread runs with the default scheduling policy");
+                }
                 log.sync_loop();
             }),
         )?);

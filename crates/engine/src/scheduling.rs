@@ -8,21 +8,26 @@
 /// per group commit (to start the group, after the `fdatasync`); as an
 /// ordinary thread each of those wake-ups could preempt a request thread
 /// that is busy answering clients, and on a machine whose CPUs are all
-/// busy such preemptions cost more CPU than the work they run. As a batch
-/// thread it runs as soon as a CPU is idle, as before, and when none is,
-/// a little later, by which time more committers have joined the next
-/// group.
+/// busy the preemptions and context switches cost request threads CPU
+/// (measured in BENCHMARKS.md, "The sync thread as a batch thread"). As a batch
+/// thread it runs at once when the kernel finds it an idle CPU, as
+/// before, and when every CPU is busy, a little later, by which time more
+/// committers have joined the next group.
+///
+/// How much later is up to the kernel: at most about one time slice of
+/// the running thread (a few milliseconds), on each wake-up. Any busy
+/// thread of normal priority counts, another process's too.
 ///
 /// On Linux this is `SCHED_BATCH` (see `sched(7)`), which any thread may
-/// choose for itself. Elsewhere it does nothing. Returns whether the hint
-/// was taken.
+/// choose for itself; the thread's nice value is kept. Elsewhere it does
+/// nothing. Returns whether the hint was taken.
 pub(crate) fn run_as_batch() -> bool {
     #[cfg(target_os = "linux")]
     {
         let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: `sched_setscheduler` reads `param` only; pid 0 is the
-        // calling thread.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0 }
+        // SAFETY: `pthread_setschedparam` reads `param` only, and
+        // `pthread_self` is the calling thread, alive for the call.
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_BATCH, &param) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -1,0 +1,41 @@
+//! The engine's sync thread runs as a batch thread (`SCHED_BATCH` on
+//! Linux), so that its wake-ups do not preempt busy request threads.
+
+#![cfg(target_os = "linux")]
+#![allow(clippy::unwrap_used)]
+
+use larder_engine::{Config, Durability, Engine};
+
+/// Thread ids of this process's threads named `name`.
+fn threads_named(name: &str) -> Vec<libc::pid_t> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.unwrap();
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim_end() == name).then(|| task.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+#[test]
+fn the_sync_thread_runs_as_a_batch_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path());
+    config.durability = Durability::Always;
+    let engine = Engine::open(config).unwrap();
+    let sync_threads = threads_named("larder-sync");
+    assert_eq!(sync_threads.len(), 1, "one engine, one sync thread");
+    for tid in sync_threads {
+        // SAFETY: reads the policy of a thread of this process; a thread
+        // that has exited gives -1, which fails the assertion.
+        let policy = unsafe { libc::sched_getscheduler(tid) };
+        assert_eq!(policy, libc::SCHED_BATCH, "thread {tid}");
+    }
+    // The engine's other threads keep the default policy.
+    for tid in threads_named("larder-compact") {
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::sched_getscheduler(tid) }, libc::SCHED_OTHER);
+    }
+    engine.close().unwrap();
+}
