@@ -2,8 +2,8 @@
 # How the record in switches.txt was taken (run by hand, not part of the
 # suite): one Larder build under `always`, 100k keys of 100 bytes preloaded,
 # then 4 s of sets (0.5 s warm-up) from 500 connections; context switches of
-# each server thread over that run, from /proc/PID/task/TID/status, and the
-# server's group-commit counters afterwards.
+# each server thread over that run, from /proc/PID/task/TID/status, and how
+# the server's group-commit counters moved over it (read before and after).
 #
 # Usage: benchmarks/results/2026-11-23-batch-switches/switches.sh BINARY [LOADGEN]
 set -euo pipefail
@@ -26,12 +26,29 @@ switches() {
 }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 
+# The counters this record reports, as "name value" lines.
+counters() {
+    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+    printf 'stats\r\n' >&3
+    while IFS= read -r -t 2 line <&3; do
+        line=${line%$'\r'}
+        [ "$line" = END ] && break
+        case $line in
+        "STAT larder_fsyncs "* | "STAT larder_group_commits "* | "STAT larder_group_commit_writers "* | "STAT larder_group_commits_waited "*)
+            echo "${line#STAT }" ;;
+        esac
+    done
+    exec 3<&-
+}
+
+counters >"$WORK/counters-before"
 switches >"$WORK/before"
 ticks_before=$(cpu_ticks)
 "$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q -t 2 -c 250 -P 1 --ratio 0:1 \
     -d 4s --warmup 500ms --json >"$WORK/bench.json"
 ticks_after=$(cpu_ticks)
 switches >"$WORK/after"
+counters >"$WORK/counters-after"
 
 python3 - "$WORK/bench.json" "$ticks_before" "$ticks_after" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
@@ -47,11 +64,10 @@ join "$WORK/before" "$WORK/after" | awk '{
     v = $6 - $3; n = $7 - $4
     if (v + n > 0) printf "  %-14s voluntary %6d  involuntary %6d\n", $2, v, n
 }'
-exec 3<>"/dev/tcp/127.0.0.1/$PORT"
-printf 'stats\r\n' >&3
-while IFS= read -r -t 2 line <&3; do
-    line=${line%$'\r'}
-    [ "$line" = END ] && break
-    case $line in *larder_fsyncs\ * | *group_commit_writers\ * | *group_commits_waited*) echo "  $line" ;; esac
-done
-exec 3<&-
+join <(sort "$WORK/counters-before") <(sort "$WORK/counters-after") | awk '
+    { moved[$1] = $3 - $2 }
+    END {
+        printf "  over the run: fsyncs %d, group commits %d, writers %d (%.1f per group), groups that waited %d\n",
+            moved["larder_fsyncs"], moved["larder_group_commits"], moved["larder_group_commit_writers"],
+            moved["larder_group_commit_writers"] / moved["larder_group_commits"], moved["larder_group_commits_waited"]
+    }'
