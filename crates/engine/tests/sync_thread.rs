@@ -4,7 +4,7 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
 
-use larder_engine::{Config, Durability, Engine};
+use larder_engine::{Config, Durability, Engine, Expiry, StoreMode};
 
 /// Thread ids of this process's threads named `name`.
 fn threads_named(name: &str) -> Vec<libc::pid_t> {
@@ -24,6 +24,13 @@ fn the_sync_thread_runs_as_a_batch_thread() {
     let mut config = Config::new(dir.path());
     config.durability = Durability::Always;
     let engine = Engine::open(config).unwrap();
+    // The sync thread names itself and picks its policy when it starts,
+    // which may be after `open` returns. Under `Always` a commit returns
+    // only once that thread has synced the write, so by then both are set.
+    let (_, ticket) = engine
+        .store(StoreMode::Set, b"key", b"value", 0, Expiry::Never)
+        .unwrap();
+    engine.commit(ticket).unwrap();
     let sync_threads = threads_named("larder-sync");
     assert_eq!(sync_threads.len(), 1, "one engine, one sync thread");
     for tid in sync_threads {
