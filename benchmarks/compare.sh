@@ -40,7 +40,8 @@
 # stops whatever is still running on exit). Rounds are interleaved: round 1
 # of every server, then round 2, ... so slow drift of the machine spreads
 # over all servers instead of landing on one. Each round starts each server
-# afresh.
+# afresh. Next to each run goes the share of the machine's CPU the host
+# stole during it (raw/<server>/<cell>-runN.steal), which the report lists.
 
 set -euo pipefail
 
@@ -174,6 +175,8 @@ bench() {
     local cmd=("${pin[@]}" "$LARDER" bench -s "127.0.0.1:$port" --protocol "$proto" -k "$KEYS"
         -v "$VALUE_SIZE" --json -q "$@")
     record "${out#"$RAW/"}" "${cmd[@]}"
+    local ticks_before
+    ticks_before="$(host_ticks)"
     if ! "${cmd[@]}" >"$out.tmp" 2>"$out.err"; then
         # Recorded, not fatal: report.py lists failed runs, and a server that
         # fails one workload still gets measured on the others.
@@ -182,6 +185,9 @@ bench() {
         rm -f "$out.tmp"
         return 1
     fi
+    # How much CPU the host took from this machine during the run, next to
+    # it (raw/<server>/<cell>-runN.steal): report.py shows it per cell.
+    write_steal "${out%.json}.steal" "$ticks_before" "$(host_ticks)"
     mv "$out.tmp" "$out"
     if [[ -s "$out.err" ]]; then mv "$out.err" "$out.stderr"; else rm -f "$out.err"; fi
 }

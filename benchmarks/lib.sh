@@ -147,6 +147,28 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
+# host_ticks: "TOTAL STEAL", the machine's CPU time so far in clock ticks
+# summed over all CPUs (user to steal in /proc/stat), and the part of it
+# the host stole: time a vCPU of this virtual machine wanted to run while
+# the host ran something else. Prints nothing where /proc/stat is missing.
+host_ticks() {
+    [[ -r /proc/stat ]] || return 0
+    awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9; exit }' /proc/stat
+}
+
+# write_steal FILE BEFORE AFTER: writes {"host_steal_percent": P} to FILE,
+# P being the percent of the machine's CPU time stolen between two
+# host_ticks readings; writes nothing if either reading is empty.
+write_steal() {
+    local file="$1" before="$2" after="$3"
+    [[ -n "$before" && -n "$after" ]] || return 0
+    awk -v b="$before" -v a="$after" 'BEGIN {
+        split(b, x, " "); split(a, y, " ")
+        total = y[1] - x[1]
+        printf "{\"host_steal_percent\": %.2f}\n", (total > 0 ? 100 * (y[2] - x[2]) / total : 0)
+    }' >"$file"
+}
+
 # server_command ARRAY NAME PORT DIR LARDER_BINARY: sets the array named
 # ARRAY to the command that starts server NAME (memcached, redis-none,
 # redis-everysec, redis-always, larder-none, larder-everysec or

@@ -2,7 +2,7 @@
 # Alternating pairs: two servers (or two builds of Larder) measured one after
 # the other on one cell, again and again, so that a small difference can be
 # told from this machine's drift. Gives the median of the per-pair ratios
-# B/A and each side's server CPU per request.
+# B/A, each side's server CPU per request and the CPU the host stole.
 #
 # Usage: A=SPEC B=SPEC benchmarks/pairs.sh          (see BENCHMARKS.md)
 #
@@ -159,8 +159,9 @@ log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 
 # ------------------------------------------------------------------- runs
 # run_side SIDE PAIR: one run of side A or B: start, preload, measure, stop.
-# Writes raw/pairPAIR-SIDE.json (larder bench) and .cpu (the server's CPU
-# seconds over the whole larder bench run: connecting, warm-up, measuring).
+# Writes raw/pairPAIR-SIDE.json (larder bench), .cpu (the server's CPU
+# seconds over the whole larder bench run: connecting, warm-up, measuring)
+# and .steal (the percent of the machine's CPU time the host stole then).
 run_side() {
     local side="$1" pair="$2" spec name binary port dir logf pid cmd=()
     spec="${!side}"
@@ -188,10 +189,12 @@ run_side() {
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
         -P "$PIPELINE" --ratio "$RATIO" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
-    local cpu_before_s cpu_after_s
+    local cpu_before_s cpu_after_s ticks_before
     cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
+    ticks_before="$(host_ticks)"
     "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
+    write_steal "$RAW/pair$pair-$side.steal" "$ticks_before" "$(host_ticks)"
     cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
     printf '{"server_cpu_s": %s}\n' \

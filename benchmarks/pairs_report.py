@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import read_machine, settings_of  # noqa: E402  (the same machine.txt format)
+from report import host_steal_percent, read_machine, settings_of  # noqa: E402  (shared formats)
 
 
 def load_run(path: Path) -> dict:
@@ -39,6 +39,7 @@ def load_run(path: Path) -> dict:
         "errors": bench["errors"],
         "server_cpu_s": cpu["server_cpu_s"],
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
+        "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
     }
 
 
@@ -122,20 +123,23 @@ def markdown(doc: dict) -> str:
         f"{settings.get('DURATION', '?')} per run. Each pair ran A and B back to back, the order "
         "alternating; every run started its server afresh. Server CPU is all of the server's threads "
         "over the whole load-generator run, per request of the warm-up and measured phase at the "
-        "measured rate (connecting and closing make it read slightly high).",
+        "measured rate (connecting and closing make it read slightly high). Stolen: the percent of "
+        "all vCPUs' time during the run that the host gave to something else (`steal` in /proc/stat).",
         "",
-        "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | A CPU µs/req | B CPU µs/req |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | A CPU µs/req | B CPU µs/req "
+        "| A stolen % | B stolen % |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
-    def cpu(value):
+    def one_decimal(value):
         return f"{value:.1f}" if value is not None else "n/a"
 
     for p in doc["pairs"]:
         a, b = p["A"], p["B"]
         md.append(f"| {p['pair']} | {p['order']} | {a['ops_per_second']:,.0f} | {b['ops_per_second']:,.0f} "
                   f"| {p['ratio_b_to_a']:.3f}x | {a['p99_us']:,.0f} | {b['p99_us']:,.0f} "
-                  f"| {cpu(a['server_cpu_us_per_request'])} | {cpu(b['server_cpu_us_per_request'])} |")
+                  f"| {one_decimal(a['server_cpu_us_per_request'])} | {one_decimal(b['server_cpu_us_per_request'])} "
+                  f"| {one_decimal(a.get('host_steal_percent'))} | {one_decimal(b.get('host_steal_percent'))} |")
     r = s["ratio_b_to_a"]
     with_errors = [f"pair {p['pair']} {side}" for p in doc["pairs"] for side in ("A", "B") if p[side]["errors"]]
     if doc["incomplete_pairs"]:

@@ -86,13 +86,33 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
                 failures[key][server] += 1
                 continue
             with path.open() as f:
-                cells.setdefault(key, {}).setdefault(server, []).append(json.load(f))
+                report = json.load(f)
+            report["host_steal_percent"] = host_steal_percent(path.with_suffix(".steal"))
+            cells.setdefault(key, {}).setdefault(server, []).append(report)
     return cells, failures
+
+
+def host_steal_percent(path: Path) -> float | None:
+    """The percent of the machine's CPU time the host stole during a run
+    (written next to the run by compare.sh and pairs.sh), or None where
+    it was not recorded."""
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())["host_steal_percent"]
 
 
 def order_servers(servers) -> list[str]:
     known = [s for s in SERVER_ORDER if s in servers]
     return known + sorted(s for s in servers if s not in SERVER_ORDER)
+
+
+def steal_spread(reports: list[dict]) -> dict | None:
+    """Stolen CPU over the runs: each run's and the most, or None if any
+    run lacks the figure."""
+    stolen = [r.get("host_steal_percent") for r in reports]
+    if not stolen or any(x is None for x in stolen):
+        return None
+    return {"max": max(stolen), "all": stolen}
 
 
 def summarise(reports: list[dict]) -> dict:
@@ -118,6 +138,7 @@ def summarise(reports: list[dict]) -> dict:
         },
         "get_p99_us": med("p99_us", "get") if any(r["latency"]["get"]["count"] for r in reports) else None,
         "set_p99_us": med("p99_us", "set") if any(r["latency"]["set"]["count"] for r in reports) else None,
+        "host_steal_percent": steal_spread(reports),
         "errors": sum(r["errors"] for r in reports),
         "failed_connections": sum(r["failed_connections"] for r in reports),
         "misses": sum(r["misses"] for r in reports),
@@ -398,15 +419,18 @@ def main() -> int:
         "",
         placement(settings_of(machine)) + " "
         "ops/s: median of the runs, [min-max]; latency: median over runs of each percentile, "
-        "of all requests, measured from when each request was due.",
+        "of all requests, measured from when each request was due. CPU stolen by the host: the "
+        "percent of all vCPUs' time during each run that the host gave to something else "
+        "(`steal` in /proc/stat); runs with much stolen are slow for reasons outside the server.",
         "",
     ]
     for key in ordered_keys:
         cell = cells.get(key, {})
         md.append(f"## {cell_title(*key)}")
         md.append("")
-        md.append("| server | ops/s median [min-max] | vs memcached | p50 µs | p99 µs | p99.9 µs | runs | errors |")
-        md.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+        md.append("| server | ops/s median [min-max] | vs memcached | p50 µs | p99 µs | p99.9 µs | runs | errors "
+                  "| CPU stolen by the host, % per run [most] |")
+        md.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
         for server in order_servers(cell):
             s = cell[server]
             o = s["ops_per_second"]
@@ -414,12 +438,16 @@ def main() -> int:
             lat = s["latency_us"]
             errs = s["errors"] + s["failed_connections"]
             err_text = str(s["errors"]) if not s["failed_connections"] else f"{s['errors']} (+{s['failed_connections']} dropped conns)"
+            stolen = s["host_steal_percent"]
+            steal_text = (", ".join(f"{x:.1f}" for x in stolen["all"]) + f" [{stolen['max']:.1f}]"
+                          if stolen else "n/a")
             md.append(
                 f"| {server} | {o['median']:,.0f} [{o['min']:,.0f}-{o['max']:,.0f}] | {ratio} | "
-                f"{lat['p50']:,.0f} | {lat['p99']:,.0f} | {lat['p999']:,.0f} | {s['runs']} | {err_text if errs else 0} |"
+                f"{lat['p50']:,.0f} | {lat['p99']:,.0f} | {lat['p999']:,.0f} | {s['runs']} | {err_text if errs else 0} "
+                f"| {steal_text} |"
             )
         for server, n in sorted(failures.get(key, {}).items()):
-            md.append(f"| {server} | failed ({n} runs) | | | | | | |")
+            md.append(f"| {server} | failed ({n} runs) | | | | | | | |")
         md.append("")
         if cell:
             md.append(f"![{cell_title(*key)}](charts/{cell_id(*key)}.svg)")

@@ -74,6 +74,10 @@ def test_compare_script_measures_every_cell(tmp_path):
             assert figures["ops_per_second"]["median"] > 0, where
             assert figures["errors"] == 0 and figures["failed_connections"] == 0, where
             assert figures["latency_us"]["p99"] >= figures["latency_us"]["p50"] > 0, where
+            # This test runs on Linux, where /proc/stat has the steal field.
+            stolen = figures["host_steal_percent"]
+            assert stolen is not None and len(stolen["all"]) == 1, where
+            assert 0 <= stolen["max"] <= 100, where
         assert cell["servers"]["memcached"]["ratio_to_memcached"] == 1.0
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
@@ -222,6 +226,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
             run = p[side]
             assert run["ops_per_second"] > 0 and run["errors"] == 0, (p["pair"], side)
             assert run["server_cpu_us_per_request"] > 0, (p["pair"], side)
+            assert 0 <= run["host_steal_percent"] <= 100, (p["pair"], side)
         assert p["ratio_b_to_a"] == p["B"]["ops_per_second"] / p["A"]["ops_per_second"]
     ratios = [p["ratio_b_to_a"] for p in doc["pairs"]]
     assert doc["summary"]["ratio_b_to_a"]["median"] == statistics.median(ratios)
