@@ -65,19 +65,20 @@ def ratio_at_equal_steal(pairs: list[dict]) -> dict | None:
     whatever the server, so a pair whose sides lost different amounts moves
     its ratio. This fits log(B / A) = a + b * (B's stolen % - A's) by least
     squares over the pairs and returns exp(a) with the fit's slope and
-    correlation; None without the stolen figures, with fewer than 3 pairs,
-    or when the differences do not vary."""
+    correlation (None when every ratio is the same). Returns None without
+    the stolen figures, with fewer than 3 pairs, or when the differences in
+    stolen CPU do not vary, which leaves nothing to fit."""
     if len(pairs) < 3 or any(p[side].get("host_steal_percent") is None for p in pairs for side in "AB"):
         return None
     x = [p["B"]["host_steal_percent"] - p["A"]["host_steal_percent"] for p in pairs]
     y = [math.log(p["ratio_b_to_a"]) for p in pairs]
-    if len(set(x)) < 2 or len(set(y)) < 2:
+    if len(set(x)) < 2:
         return None
     fit = statistics.linear_regression(x, y)
     return {
         "ratio_b_to_a": math.exp(fit.intercept),
         "log_ratio_per_stolen_percent": fit.slope,
-        "correlation": statistics.correlation(x, y),
+        "correlation": statistics.correlation(x, y) if len(set(y)) > 1 else None,
     }
 
 
@@ -105,7 +106,7 @@ def build(results_dir: Path) -> dict:
             incomplete.append(n)
             continue
         a, b = load_run(a_path), load_run(b_path)
-        if a["ops_per_second"] <= 0:
+        if a["ops_per_second"] <= 0 or b["ops_per_second"] <= 0:
             incomplete.append(n)
             continue
         pairs.append({
@@ -179,9 +180,10 @@ def markdown(doc: dict) -> str:
         "",
     ]
     if eq := s.get("at_equal_steal"):
+        correlation = f"{eq['correlation']:.2f}" if eq["correlation"] is not None else "n/a"
         md += [
             f"At equal CPU stolen by the host: **{eq['ratio_b_to_a']:.3f}x** (least squares of log(B / A) "
-            f"against B's stolen % minus A's, over the pairs; correlation {eq['correlation']:.2f}, "
+            f"against B's stolen % minus A's, over the pairs; correlation {correlation}, "
             f"{100 * (math.exp(eq['log_ratio_per_stolen_percent']) - 1):+.1f}% per point). A fit over few "
             "pairs: read it next to the median, not instead of it.",
             "",

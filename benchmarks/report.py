@@ -95,10 +95,12 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
 def host_steal_percent(path: Path) -> float | None:
     """The percent of the machine's CPU time the host stole during a run
     (written next to the run by compare.sh and pairs.sh), or None where
-    it was not recorded."""
-    if not path.exists():
+    it was not recorded (or the file is empty or unreadable: the scripts
+    create it before writing to it)."""
+    try:
+        return float(json.loads(path.read_text())["host_steal_percent"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return json.loads(path.read_text())["host_steal_percent"]
 
 
 def order_servers(servers) -> list[str]:
@@ -421,7 +423,8 @@ def main() -> int:
         "ops/s: median of the runs, [min-max]; latency: median over runs of each percentile, "
         "of all requests, measured from when each request was due. CPU stolen by the host: the "
         "percent of all vCPUs' time during each run that the host gave to something else "
-        "(`steal` in /proc/stat); runs with much stolen are slow for reasons outside the server.",
+        "(`steal` in /proc/stat); runs with much stolen were slower, for every server, on the machine "
+        "these scripts were written on.",
         "",
     ]
     for key in ordered_keys:

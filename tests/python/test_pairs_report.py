@@ -1,17 +1,21 @@
-"""The arithmetic of benchmarks/pairs_report.py on pairs made up here, so
-that the expected figures are known exactly."""
+"""The arithmetic of the benchmark reports (benchmarks/pairs_report.py and
+the stolen-CPU figure of benchmarks/lib.sh) on inputs made up here, so that
+the expected figures are known exactly."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-from pairs_report import ratio_at_equal_steal  # noqa: E402
+from pairs_report import build, markdown, ratio_at_equal_steal  # noqa: E402
 
 
 def pair(ratio: float, stolen_a: float, stolen_b: float) -> dict:
@@ -39,7 +43,7 @@ def test_the_fit_recovers_the_ratio_hidden_under_stolen_cpu():
     assert fit["correlation"] == pytest.approx(-1.0)
 
 
-def test_no_fit_without_the_figures_or_with_too_few_pairs():
+def test_no_fit_without_the_figures_with_too_few_pairs_or_one_difference():
     three = [pair(1.1, 1.0, 2.0), pair(0.9, 5.0, 1.0), pair(1.0, 3.0, 3.5)]
     assert ratio_at_equal_steal(three) is not None
     assert ratio_at_equal_steal(three[:2]) is None
@@ -48,3 +52,72 @@ def test_no_fit_without_the_figures_or_with_too_few_pairs():
     # The same difference in every pair cannot separate steal from servers.
     same_difference = [pair(r, 1.0, 3.0) for r in (1.1, 0.9, 1.0)]
     assert ratio_at_equal_steal(same_difference) is None
+
+
+def write_run(raw: Path, name: str, ops: float, stolen: float) -> None:
+    """One side of a pair as pairs.sh leaves it: larder bench's JSON, the
+    server's CPU seconds and the stolen CPU."""
+    bench = {
+        "ops_per_second": ops,
+        "measured_seconds": 4.0,
+        "settings": {"warmup_seconds": 0.5},
+        "latency": {"all": {"p50_us": 100.0, "p99_us": 900.0}},
+        "errors": 0,
+    }
+    (raw / f"{name}.json").write_text(json.dumps(bench))
+    (raw / f"{name}.cpu").write_text(json.dumps({"server_cpu_s": 0.9}))
+    (raw / f"{name}.steal").write_text(json.dumps({"host_steal_percent": stolen}))
+
+
+def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    # B is 1.05x A at equal steal and loses 2% per point more than A.
+    sides = [(2.0, 12.0), (10.0, 1.0), (3.0, 3.0), (1.0, 6.0)]
+    for n, (a, b) in enumerate(sides, start=1):
+        write_run(raw, f"pair{n}-A", 10_000.0, a)
+        write_run(raw, f"pair{n}-B", 10_000.0 * 1.05 * math.exp(-0.02 * (b - a)), b)
+    doc = build(tmp_path)
+    fit = doc["summary"]["at_equal_steal"]
+    assert fit["ratio_b_to_a"] == pytest.approx(1.05, rel=1e-9)
+    text = markdown(doc)
+    assert "At equal CPU stolen by the host: **1.050x**" in text
+    assert "-2.0% per point" in text
+    assert "| 1 | unknown | 10,000 |" in text and text.count("| 2.0 | 12.0 |") == 1
+
+
+def steal_between(before: str, after: str, tmp_path: Path) -> Path:
+    out = tmp_path / "run.steal"
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; write_steal "$1" "$2" "$3"'
+    subprocess.run(["bash", "-c", script, "bash", str(out), before, after], check=True)
+    return out
+
+
+def test_stolen_cpu_is_the_steal_share_of_all_cpu_time(tmp_path):
+    # 200 ticks passed on all CPUs, 20 of them stolen.
+    out = steal_between("1000 10", "1200 30", tmp_path)
+    assert json.loads(out.read_text()) == {"host_steal_percent": 10.0}
+    assert json.loads(steal_between("5 1", "5 1", tmp_path).read_text()) == {"host_steal_percent": 0.0}
+    out.unlink()
+    steal_between("", "1200 30", tmp_path)
+    assert not out.exists()
+
+
+def cpu_line() -> list[int]:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    assert fields[0] == "cpu"
+    return [int(x) for x in fields[1:]]
+
+
+def test_host_ticks_reads_user_to_steal_from_proc_stat():
+    # The counters only grow, so what /proc/stat says just before and just
+    # after the script ran bounds what the script read: user to steal are
+    # the first eight fields after "cpu" (guest, after them, is part of user
+    # already), steal the eighth.
+    before = cpu_line()
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; host_ticks'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True).stdout
+    after = cpu_line()
+    total, stolen = map(int, out.split())
+    assert sum(before[:8]) <= total <= sum(after[:8])
+    assert before[7] <= stolen <= after[7]

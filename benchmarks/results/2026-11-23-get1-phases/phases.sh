@@ -5,6 +5,11 @@
 # the server's CPU per get and the CPU time the host stole from this VM
 # (all vCPUs, from /proc/stat) during it. Run from the repository root
 # after `cargo build --release -p larder`.
+#
+# The CPU per get is the server's CPU over the warm-up and the measured
+# phase (and two python3 start-ups) divided by the measured requests, in
+# whole µs: it reads high by about the warm-up's share (15%), alike for
+# both servers, so only the comparison between them means anything.
 set -euo pipefail
 BENCH=${LARDER:-target/release/larder}
 PAIRS=${PAIRS:-6}; N=${N:-5}; PORT=${PORT:-22131}
