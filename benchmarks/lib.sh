@@ -169,6 +169,37 @@ write_steal() {
     }' >"$file"
 }
 
+# settle MAX_S: after a preload, waits until the machine has been quiet for
+# one whole second (busy CPU time, all of it but idle, iowait and steal,
+# under a tenth of one CPU) or MAX_S seconds have passed, and prints
+# "SECONDS quiet" or "SECONDS busy". A bulk load leaves work behind it:
+# memcached grows its hash table in a background thread, Redis may rewrite
+# its append-only file in a child process, the kernel writes dirty pages
+# back. Measured runs start after it, whichever server left it. MAX_S 0:
+# no wait ("0 skipped"); where /proc/stat is missing, "0 unknown".
+settle() {
+    local max_s="$1" tenth waited=0 before after
+    if (( max_s == 0 )); then echo "0 skipped"; return 0; fi
+    [[ -r /proc/stat ]] || { echo "0 unknown"; return 0; }
+    tenth=$(( $(getconf CLK_TCK) / 10 ))
+    before="$(busy_ticks)"
+    while (( waited < max_s )); do
+        sleep 1
+        waited=$((waited + 1))
+        after="$(busy_ticks)"
+        if (( after - before < tenth )); then
+            echo "$waited quiet"
+            return 0
+        fi
+        before="$after"
+    done
+    echo "$max_s busy"
+}
+
+# busy_ticks: the machine's busy CPU time so far in clock ticks, summed over
+# all CPUs (user, nice, system, irq and softirq in /proc/stat).
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; }
+
 # server_command ARRAY NAME PORT DIR LARDER_BINARY: sets the array named
 # ARRAY to the command that starts server NAME (memcached, redis-none,
 # redis-everysec, redis-always, larder-none, larder-everysec or

@@ -39,6 +39,9 @@ def run_compare(tmp_path, **settings) -> Path:
         WARMUP="200ms",
         KEYS="2000",
         INSTALL="0",
+        # Waits at least a second after each preload, longer only while the
+        # machine is busy; bounded so that a busy test machine stays quick.
+        SETTLE_MAX_S="3",
         SERVER_CPUS="",
         CLIENT_CPUS="",
         LARDER=LARDER_BIN,
@@ -79,6 +82,10 @@ def test_compare_script_measures_every_cell(tmp_path):
             assert stolen is not None and len(stolen["all"]) == 1, where
             assert 0 <= stolen["max"] <= 100, where
         assert cell["servers"]["memcached"]["ratio_to_memcached"] == 1.0
+    for server in ("memcached", "larder-everysec", "larder-always"):
+        settled = (results / "raw" / server / "settle-round1.txt").read_text().split()
+        assert len(settled) == 2 and 1 <= int(settled[0]) <= 3, (server, settled)
+        assert settled[1] == "quiet" or settled == ["3", "busy"], (server, settled)
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
     assert list((results / "charts").glob("*.svg")), "no charts written"
@@ -209,6 +216,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
         "DURATION": "1s",
         "WARMUP": "200ms",
         "INSTALL": "0",
+        "SETTLE_MAX_S": "3",
         "SERVER_CPUS": "",
         "CLIENT_CPUS": "",
         "LARDER": LARDER_BIN,
@@ -227,6 +235,8 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
             assert run["ops_per_second"] > 0 and run["errors"] == 0, (p["pair"], side)
             assert run["server_cpu_us_per_request"] > 0, (p["pair"], side)
             assert 0 <= run["host_steal_percent"] <= 100, (p["pair"], side)
+            settled = (results / "raw" / f"pair{p['pair']}-{side}.settle").read_text().split()
+            assert settled[1] in ("quiet", "busy") and 1 <= int(settled[0]) <= 3, (p["pair"], side)
         assert p["ratio_b_to_a"] == p["B"]["ops_per_second"] / p["A"]["ops_per_second"]
     ratios = [p["ratio_b_to_a"] for p in doc["pairs"]]
     assert doc["summary"]["ratio_b_to_a"]["median"] == statistics.median(ratios)

@@ -121,3 +121,20 @@ def test_host_ticks_reads_user_to_steal_from_proc_stat():
     total, stolen = map(int, out.split())
     assert sum(before[:8]) <= total <= sum(after[:8])
     assert before[7] <= stolen <= after[7]
+
+
+def settle(max_s: int) -> str:
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; settle "$1"'
+    return subprocess.run(["bash", "-c", script, "bash", str(max_s)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_settle_waits_while_the_machine_is_busy_and_gives_up_at_its_bound():
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        # One CPU kept busy is far above a tenth of one.
+        assert settle(2) == "2 busy"
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert settle(0) == "0 skipped"
