@@ -172,11 +172,13 @@ write_steal() {
 # settle MAX_S: after a preload, waits until the machine has been quiet for
 # one whole second (busy CPU time, all of it but idle, iowait and steal,
 # under a tenth of one CPU) or MAX_S seconds have passed, and prints
-# "SECONDS quiet" or "SECONDS busy". A bulk load leaves work behind it:
-# memcached grows its hash table in a background thread, Redis may rewrite
-# its append-only file in a child process, the kernel writes dirty pages
-# back. Measured runs start after it, whichever server left it. MAX_S 0:
-# no wait ("0 skipped"); where /proc/stat is missing, "0 unknown".
+# "SECONDS quiet" or "SECONDS busy". A bulk load can leave work running
+# after it: memcached grows its hash table in a background thread, Redis
+# may rewrite its append-only file in a child process. Measured runs start
+# after what is running then, whichever server it belongs to; work that
+# starts later (the kernel's writeback of dirty pages after half a minute,
+# say) is not waited for. MAX_S 0: no wait ("0 skipped"); where /proc/stat
+# is missing, "0 unknown".
 settle() {
     local max_s="$1" tenth waited=0 before after
     if (( max_s == 0 )); then echo "0 skipped"; return 0; fi

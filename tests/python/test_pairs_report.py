@@ -123,13 +123,38 @@ def test_host_ticks_reads_user_to_steal_from_proc_stat():
     assert before[7] <= stolen <= after[7]
 
 
-def settle(max_s: int) -> str:
-    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; settle "$1"'
+def settle(max_s: int, busy_ticks: list[int] | None = None) -> str:
+    """Runs lib.sh's settle. With `busy_ticks`, its clock does not tick
+    (sleep returns at once) and each reading of the machine's busy CPU is
+    the next of those figures, so the outcome does not depend on the load
+    of the machine running the test."""
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"\n'
+    if busy_ticks is not None:
+        readings = " ".join(str(t) for t in busy_ticks)
+        script += f"""readings=({readings}); n=0
+sleep() {{ :; }}
+busy_ticks() {{ echo "${{readings[$n]}}"; }}
+"""
+        # Each reading runs in a subshell, so the index moves in the caller:
+        # settle reads once before its loop and once per pass.
+        script += 'eval "$(declare -f settle | sed \'s/busy_ticks)"/busy_ticks)"; n=$((n + 1))/g\')"\n'
+    script += 'settle "$1"'
     return subprocess.run(["bash", "-c", script, "bash", str(max_s)], check=True, capture_output=True,
                           text=True).stdout.strip()
 
 
-def test_settle_waits_while_the_machine_is_busy_and_gives_up_at_its_bound():
+def test_settle_stops_at_the_first_quiet_second():
+    # CLK_TCK is 100 on Linux: a tenth of one CPU is 10 ticks per second.
+    assert settle(30, [0, 50, 100, 105]) == "3 quiet"
+    assert settle(30, [0, 9]) == "1 quiet"
+
+
+def test_settle_gives_up_at_its_bound_while_the_machine_stays_busy():
+    assert settle(3, [0, 20, 40, 60, 80]) == "3 busy"
+    assert settle(0, []) == "0 skipped"
+
+
+def test_settle_sees_a_really_busy_machine():
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         # One CPU kept busy is far above a tenth of one.
@@ -137,4 +162,12 @@ def test_settle_waits_while_the_machine_is_busy_and_gives_up_at_its_bound():
     finally:
         spinner.kill()
         spinner.wait()
-    assert settle(0) == "0 skipped"
+
+
+def test_busy_ticks_reads_user_nice_system_irq_and_softirq():
+    before = cpu_line()
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; busy_ticks'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True).stdout
+    after = cpu_line()
+    busy = [0, 1, 2, 5, 6]  # idle, iowait and steal (3, 4, 7) are not busy
+    assert sum(before[i] for i in busy) <= int(out) <= sum(after[i] for i in busy)
