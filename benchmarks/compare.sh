@@ -34,9 +34,9 @@
 #   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  server data dirs and logs;
 #                         put it on the disk you want fsync measured on
 #   INSTALL [1]           0: never apt-get; fail if a server is missing
-#   SETTLE_MAX_S [30]     after each preload, wait until the machine is quiet
-#                         (busy CPU under a tenth of one CPU for a second), at
-#                         most this long; 0: do not wait
+#   SETTLE_SECONDS_MAX [30]  after each preload, wait until the machine is
+#                         quiet (busy CPU under a tenth of one CPU for a
+#                         second), at most this long; 0: do not wait
 #
 # Every server listens on 127.0.0.1 on a free port, gets its own empty data
 # directory, is preloaded with every key, and is stopped by its PID (a trap
@@ -70,7 +70,7 @@ CLIENT_CPUS="${CLIENT_CPUS:-}"
 LARDER_GIVEN="${LARDER:-}"
 LARDER="${LARDER:-$REPO/target/release/larder}"
 INSTALL="${INSTALL:-1}"
-SETTLE_MAX_S="${SETTLE_MAX_S:-30}"
+SETTLE_SECONDS_MAX="${SETTLE_SECONDS_MAX:-30}"
 PYTHON="${PYTHON:-python3}"
 
 log() { printf '[compare %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -79,7 +79,7 @@ die() { log "error: $*"; exit 1; }
 # ---------------------------------------------------------------- settings
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, not '$RUNS'"
 [[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
-[[ "$SETTLE_MAX_S" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_MAX_S must be a whole number of seconds, not '$SETTLE_MAX_S'"
+[[ "$SETTLE_SECONDS_MAX" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_SECONDS_MAX must be a whole number of seconds, not '$SETTLE_SECONDS_MAX'"
 for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c'"; done
 for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
 for w in $WORKLOADS; do ratio_of "$w" >/dev/null; done
@@ -203,7 +203,7 @@ bench() {
     machine_facts
     kv_server_versions
     echo "larder: $(larder_facts "$LARDER")"
-    echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP SETTLE_MAX_S=$SETTLE_MAX_S KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
+    echo "settings: RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE CONNS='$CONNS' PIPELINES='$PIPELINES' WORKLOADS='$WORKLOADS' CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
     echo "servers: $SERVERS"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
@@ -228,7 +228,7 @@ for ((round = 1; round <= RUNS; round++)); do
             stop_server "$server"
             continue
         fi
-        settled="$(settle "$SETTLE_MAX_S")"
+        settled="$(settle "$SETTLE_SECONDS_MAX")"
         echo "$settled" >"$RAW/$server/settle-round$round.txt"
         log "  $server round $round: after the preload, waited ${settled/ / s, machine }"
         for workload in $WORKLOADS; do

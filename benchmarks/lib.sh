@@ -169,23 +169,23 @@ write_steal() {
     }' >"$file"
 }
 
-# settle MAX_S: after a preload, waits until the machine has been quiet for
-# one whole second (busy CPU time, all of it but idle, iowait and steal,
-# under a tenth of one CPU) or MAX_S seconds have passed, and prints
-# "SECONDS quiet" or "SECONDS busy". A bulk load can leave work running
-# after it: memcached grows its hash table in a background thread, Redis
-# may rewrite its append-only file in a child process. Measured runs start
-# after what is running then, whichever server it belongs to; work that
-# starts later (the kernel's writeback of dirty pages after half a minute,
-# say) is not waited for. MAX_S 0: no wait ("0 skipped"); where /proc/stat
-# is missing, "0 unknown".
+# settle SECONDS_MAX: after a preload, waits until the machine has been
+# quiet for one whole second (busy CPU time, all of it but idle, iowait and
+# steal, under a tenth of one CPU) or SECONDS_MAX seconds have passed, and
+# prints "SECONDS quiet" or "SECONDS busy". A bulk load can leave work
+# running after it: memcached grows its hash table in a background thread,
+# Redis may rewrite its append-only file in a child process. Measured runs
+# start after what is running then, whichever server it belongs to; work
+# that starts later (the kernel's writeback of dirty pages after half a
+# minute, say) is not waited for. SECONDS_MAX 0: no wait ("0 skipped");
+# where /proc/stat is missing, "0 unknown".
 settle() {
-    local max_s="$1" tenth waited=0 before after
-    if (( max_s == 0 )); then echo "0 skipped"; return 0; fi
+    local seconds_max="$1" tenth waited=0 before after
+    if (( seconds_max == 0 )); then echo "0 skipped"; return 0; fi
     [[ -r /proc/stat ]] || { echo "0 unknown"; return 0; }
     tenth=$(( $(getconf CLK_TCK) / 10 ))
     before="$(busy_ticks)"
-    while (( waited < max_s )); do
+    while (( waited < seconds_max )); do
         sleep 1
         waited=$((waited + 1))
         after="$(busy_ticks)"
@@ -195,7 +195,7 @@ settle() {
         fi
         before="$after"
     done
-    echo "$max_s busy"
+    echo "$seconds_max busy"
 }
 
 # busy_ticks: the machine's busy CPU time so far in clock ticks, summed over

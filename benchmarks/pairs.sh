@@ -32,8 +32,9 @@
 #   RESULTS_DIR [benchmarks/results/<date>-pairs]  where results go
 #   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  data directories and logs
 #   INSTALL [1]           0: never apt-get; fail if a server is missing
-#   SETTLE_MAX_S [30]     after each preload, wait until the machine is quiet
-#                         (see settle in lib.sh), at most this long; 0: no wait
+#   SETTLE_SECONDS_MAX [30]  after each preload, wait until the machine is
+#                         quiet (see settle in lib.sh), at most this long;
+#                         0: no wait
 #
 # Each run starts its server afresh on a free port of 127.0.0.1 with an
 # empty data directory, preloads every key, measures, and stops the server
@@ -63,7 +64,7 @@ MEMORY_MB="${MEMORY_MB:-1024}"
 SERVER_CPUS="${SERVER_CPUS:-}"
 CLIENT_CPUS="${CLIENT_CPUS:-}"
 INSTALL="${INSTALL:-1}"
-SETTLE_MAX_S="${SETTLE_MAX_S:-30}"
+SETTLE_SECONDS_MAX="${SETTLE_SECONDS_MAX:-30}"
 PYTHON="${PYTHON:-python3}"
 TREE_LARDER="$REPO/target/release/larder"
 
@@ -76,7 +77,7 @@ for setting in PAIRS CONNS PIPELINE KEYS VALUE_SIZE CLIENT_THREADS SERVER_THREAD
     positive "$setting" "${!setting}"
 done
 RATIO="$(ratio_of "$WORKLOAD")"
-[[ "$SETTLE_MAX_S" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_MAX_S must be a whole number of seconds, not '$SETTLE_MAX_S'"
+[[ "$SETTLE_SECONDS_MAX" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_SECONDS_MAX must be a whole number of seconds, not '$SETTLE_SECONDS_MAX'"
 (( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
 
 # The load generator, and the Larder of a side that names no binary: the
@@ -157,7 +158,7 @@ on_exit_stop stop_all_servers
     echo "load_generator: $(larder_facts "$LARDER")"
     # Larder reads no LARDER_* variables, but an experimental build might.
     echo "environment: $(env | grep -E '^LARDER_' | sort | tr '\n' ' ')"
-    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE DURATION=$DURATION WARMUP=$WARMUP SETTLE_MAX_S=$SETTLE_MAX_S CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
+    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 
@@ -192,7 +193,7 @@ run_side() {
     "${preload[@]}" >"$RAW/pair$pair-$side.preload.json" 2>"$logf.preload" \
         || die "preload of $spec failed: $(tail -n 3 "$logf.preload" | tr '\n' ' ')"
     local settled
-    settled="$(settle "$SETTLE_MAX_S")"
+    settled="$(settle "$SETTLE_SECONDS_MAX")"
     echo "$settled" >"$RAW/pair$pair-$side.settle"
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
         -P "$PIPELINE" --ratio "$RATIO" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)

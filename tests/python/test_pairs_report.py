@@ -123,7 +123,7 @@ def test_host_ticks_reads_user_to_steal_from_proc_stat():
     assert before[7] <= stolen <= after[7]
 
 
-def settle(max_s: int, busy_ticks: list[int] | None = None) -> str:
+def settle(seconds_max: int, busy_ticks: list[int] | None = None) -> str:
     """Runs lib.sh's settle. With `busy_ticks`, its clock does not tick
     (sleep returns at once) and each reading of the machine's busy CPU is
     the next of those figures, so the outcome does not depend on the load
@@ -139,7 +139,7 @@ busy_ticks() {{ echo "${{readings[$n]}}"; }}
         # settle reads once before its loop and once per pass.
         script += 'eval "$(declare -f settle | sed \'s/busy_ticks)"/busy_ticks)"; n=$((n + 1))/g\')"\n'
     script += 'settle "$1"'
-    return subprocess.run(["bash", "-c", script, "bash", str(max_s)], check=True, capture_output=True,
+    return subprocess.run(["bash", "-c", script, "bash", str(seconds_max)], check=True, capture_output=True,
                           text=True).stdout.strip()
 
 
