@@ -79,7 +79,7 @@ die() { log "error: $*"; exit 1; }
 # ---------------------------------------------------------------- settings
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, not '$RUNS'"
 [[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
-[[ "$SETTLE_SECONDS_MAX" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_SECONDS_MAX must be a whole number of seconds, not '$SETTLE_SECONDS_MAX'"
+whole_number SETTLE_SECONDS_MAX "$SETTLE_SECONDS_MAX"
 for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c'"; done
 for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
 for w in $WORKLOADS; do ratio_of "$w" >/dev/null; done

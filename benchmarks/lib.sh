@@ -7,6 +7,9 @@
 # positive NAME VALUE: dies unless VALUE is a positive integer.
 positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
 
+# whole_number NAME VALUE: dies unless VALUE is 0 or a positive integer.
+whole_number() { [[ "$2" =~ ^(0|[1-9][0-9]*)$ ]] || die "$1 must be a whole number, not '$2'"; }
+
 # on_exit_stop FUNCTION: whenever the script exits (also on SIGINT and
 # SIGTERM, with status 130 and 143), calls FUNCTION to stop what it started,
 # removes WORK_DIR if REMOVE_WORK_DIR is 1, and keeps the exit status.
@@ -156,17 +159,23 @@ host_ticks() {
     awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9; exit }' /proc/stat
 }
 
+# steal_percent BEFORE AFTER: the percent of the machine's CPU time the host
+# stole between two host_ticks readings, to two decimals.
+steal_percent() {
+    awk -v b="$1" -v a="$2" 'BEGIN {
+        split(b, x, " "); split(a, y, " ")
+        total = y[1] - x[1]
+        printf "%.2f\n", (total > 0 ? 100 * (y[2] - x[2]) / total : 0)
+    }'
+}
+
 # write_steal FILE BEFORE AFTER: writes {"host_steal_percent": P} to FILE,
-# P being the percent of the machine's CPU time stolen between two
-# host_ticks readings; writes nothing if either reading is empty.
+# P being steal_percent BEFORE AFTER; writes nothing if either reading is
+# empty.
 write_steal() {
     local file="$1" before="$2" after="$3"
     [[ -n "$before" && -n "$after" ]] || return 0
-    awk -v b="$before" -v a="$after" 'BEGIN {
-        split(b, x, " "); split(a, y, " ")
-        total = y[1] - x[1]
-        printf "{\"host_steal_percent\": %.2f}\n", (total > 0 ? 100 * (y[2] - x[2]) / total : 0)
-    }' >"$file"
+    printf '{"host_steal_percent": %s}\n' "$(steal_percent "$before" "$after")" >"$file"
 }
 
 # settle SECONDS_MAX: after a preload, waits until the machine has been

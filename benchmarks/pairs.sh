@@ -77,7 +77,7 @@ for setting in PAIRS CONNS PIPELINE KEYS VALUE_SIZE CLIENT_THREADS SERVER_THREAD
     positive "$setting" "${!setting}"
 done
 RATIO="$(ratio_of "$WORKLOAD")"
-[[ "$SETTLE_SECONDS_MAX" =~ ^(0|[1-9][0-9]*)$ ]] || die "SETTLE_SECONDS_MAX must be a whole number of seconds, not '$SETTLE_SECONDS_MAX'"
+whole_number SETTLE_SECONDS_MAX "$SETTLE_SECONDS_MAX"
 (( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
 
 # The load generator, and the Larder of a side that names no binary: the

@@ -41,7 +41,14 @@ def load_run(path: Path) -> dict:
         "server_cpu_s": cpu["server_cpu_s"],
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
         "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
+        "wait_after_preload": settle_record(path.with_suffix(".settle")),
     }
+
+
+def settle_record(path: Path) -> str | None:
+    """What pairs.sh's wait after the preload said ("2 quiet", "30 busy"),
+    or None where it did not wait."""
+    return path.read_text().strip() if path.exists() else None
 
 
 def line(path: Path) -> str:
@@ -173,6 +180,10 @@ def markdown(doc: dict) -> str:
                + ", ".join(str(n) for n in doc["incomplete_pairs"]) + "."]
     if with_errors:
         md += ["", f"**Runs with errors** (see raw/): {', '.join(with_errors)}."]
+    busy = [f"pair {p['pair']} {side}" for p in doc["pairs"] for side in ("A", "B")
+            if (p[side].get("wait_after_preload") or "").endswith(" busy")]
+    if busy:
+        md += ["", f"**Measured while the machine was still busy after the preload**: {', '.join(busy)}."]
     md += [
         "",
         f"**B / A: {r['median']:.3f}x** (median of {s['pairs']} pairs; min {r['min']:.3f}x, max {r['max']:.3f}x; "

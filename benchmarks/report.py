@@ -363,10 +363,14 @@ def main() -> int:
             )
 
     disk = {}
+    waits = {}
     for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
         sizes = [int(p.read_text().strip()) for p in sorted(server_dir.glob("disk-kib-round*.txt"))]
         if sizes:
             disk[server_dir.name] = sizes
+        settled = [p.read_text().strip() for p in sorted(server_dir.glob("settle-round*.txt"))]
+        if settled:
+            waits[server_dir.name] = settled
 
     checks = target_checks(cells)
     ordered_keys = sorted(set(cells) | set(failures), key=cell_sort)
@@ -386,6 +390,7 @@ def main() -> int:
             for key in ordered_keys
         ],
         "data_dir_kib_after_round": disk,
+        "wait_after_preload": waits,
         "targets": checks,
     }
     (results_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -459,6 +464,16 @@ def main() -> int:
         md += ["## Data directory size after each round (KiB)", "", "| server | per round |", "|---|---|"]
         for server in order_servers(disk):
             md.append(f"| {server} | {', '.join(f'{v:,}' for v in disk[server])} |")
+        md.append("")
+    if waits:
+        md += ["## Wait after each preload, per round", "",
+               "Seconds waited for the machine to be quiet (see `settle` in lib.sh).", "",
+               "| server | per round |", "|---|---|"]
+        for server in order_servers(waits):
+            md.append(f"| {server} | {', '.join(waits[server])} |")
+        busy = [server for server, rounds in waits.items() if any(w.endswith(" busy") for w in rounds)]
+        if busy:
+            md += ["", f"**Still busy when measuring began** (its runs started on a busy machine): {', '.join(busy)}."]
         md.append("")
     md += ["## The issue's targets, as far as these cells show them", ""]
     md.append("| target | cell | server | measured | met |")

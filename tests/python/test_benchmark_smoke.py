@@ -86,6 +86,7 @@ def test_compare_script_measures_every_cell(tmp_path):
         settled = (results / "raw" / server / "settle-round1.txt").read_text().split()
         assert len(settled) == 2 and 1 <= int(settled[0]) <= 3, (server, settled)
         assert settled[1] == "quiet" or settled == ["3", "busy"], (server, settled)
+        assert report["wait_after_preload"][server] == [" ".join(settled)], server
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
     assert list((results / "charts").glob("*.svg")), "no charts written"
@@ -238,6 +239,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
             settled = (results / "raw" / f"pair{p['pair']}-{side}.settle").read_text().split()
             assert settled[1] == "quiet" or settled == ["3", "busy"], (p["pair"], side)
             assert 1 <= int(settled[0]) <= 3, (p["pair"], side)
+            assert run["wait_after_preload"] == " ".join(settled), (p["pair"], side)
         assert p["ratio_b_to_a"] == p["B"]["ops_per_second"] / p["A"]["ops_per_second"]
     ratios = [p["ratio_b_to_a"] for p in doc["pairs"]]
     assert doc["summary"]["ratio_b_to_a"]["median"] == statistics.median(ratios)

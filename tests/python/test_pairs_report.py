@@ -54,9 +54,9 @@ def test_no_fit_without_the_figures_with_too_few_pairs_or_one_difference():
     assert ratio_at_equal_steal(same_difference) is None
 
 
-def write_run(raw: Path, name: str, ops: float, stolen: float) -> None:
+def write_run(raw: Path, name: str, ops: float, stolen: float, waited: str = "1 quiet") -> None:
     """One side of a pair as pairs.sh leaves it: larder bench's JSON, the
-    server's CPU seconds and the stolen CPU."""
+    server's CPU seconds, the stolen CPU and the wait after the preload."""
     bench = {
         "ops_per_second": ops,
         "measured_seconds": 4.0,
@@ -67,6 +67,7 @@ def write_run(raw: Path, name: str, ops: float, stolen: float) -> None:
     (raw / f"{name}.json").write_text(json.dumps(bench))
     (raw / f"{name}.cpu").write_text(json.dumps({"server_cpu_s": 0.9}))
     (raw / f"{name}.steal").write_text(json.dumps({"host_steal_percent": stolen}))
+    (raw / f"{name}.settle").write_text(waited + "\n")
 
 
 def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
@@ -76,7 +77,8 @@ def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
     sides = [(2.0, 12.0), (10.0, 1.0), (3.0, 3.0), (1.0, 6.0)]
     for n, (a, b) in enumerate(sides, start=1):
         write_run(raw, f"pair{n}-A", 10_000.0, a)
-        write_run(raw, f"pair{n}-B", 10_000.0 * 1.05 * math.exp(-0.02 * (b - a)), b)
+        write_run(raw, f"pair{n}-B", 10_000.0 * 1.05 * math.exp(-0.02 * (b - a)), b,
+                  "30 busy" if n == 3 else "2 quiet")
     doc = build(tmp_path)
     fit = doc["summary"]["at_equal_steal"]
     assert fit["ratio_b_to_a"] == pytest.approx(1.05, rel=1e-9)
@@ -84,6 +86,7 @@ def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
     assert "At equal CPU stolen by the host: **1.050x**" in text
     assert "-2.0% per point" in text
     assert "| 1 | unknown | 10,000 |" in text and text.count("| 2.0 | 12.0 |") == 1
+    assert "**Measured while the machine was still busy after the preload**: pair 3 B." in text
 
 
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
