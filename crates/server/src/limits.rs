@@ -15,6 +15,11 @@ pub const CONNECTIONS_MAX_CEILING: usize = 1 << 20;
 pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.
 pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
+/// Free room a read must have at the end of the read buffer. With less, the
+/// unparsed bytes first move to the front of the buffer (or, when they fill
+/// most of it, the buffer grows), so reads are not cut short mid-request by
+/// the buffer's end, and a buffer that keeps being reused does not grow.
+pub const READ_ROOM_BYTES_MIN: usize = READ_BUFFER_BYTES_INITIAL / 4;
 /// Replies buffered before the connection stops processing requests and
 /// writes them out (a client that pipelines many large gets cannot make the
 /// server buffer more than about this plus one value).
@@ -37,4 +42,6 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
+const _: () =
+    assert!(READ_ROOM_BYTES_MIN > 0 && READ_ROOM_BYTES_MIN <= READ_BUFFER_BYTES_INITIAL / 2);
 const _: () = assert!(CONNECTIONS_MAX_DEFAULT <= CONNECTIONS_MAX_CEILING);
