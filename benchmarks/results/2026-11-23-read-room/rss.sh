@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# How the record in rss.txt was taken (run by hand, not part of the suite):
+# one Larder build under `always`, 100k keys of 100 bytes preloaded, then
+# 5.5 s of sets from 500 connections (2 threads of 250); the server's
+# resident memory (VmRSS) before the run, 1 s into it and 4 s into it.
+#
+# Usage: benchmarks/results/2026-11-23-read-room/rss.sh BINARY [LOADGEN]
+set -euo pipefail
+BIN=$1
+BENCH=${2:-target/release/larder}
+PORT=${PORT:-22179}
+WORK=$(mktemp -d)
+"$BIN" serve -l 127.0.0.1 -p "$PORT" -t 2 -m 1024 -c 4096 --data-dir "$WORK/data" \
+    --durability always >"$WORK/server.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
+sleep 0.5
+"$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$SERVER/status"; }
+before=$(rss)
+"$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q -t 2 -c 250 -P 1 --ratio 0:1 \
+    -d 5s --warmup 500ms --json >"$WORK/bench.json" &
+LOAD=$!
+sleep 1
+at1=$(rss)
+sleep 3
+at4=$(rss)
+wait $LOAD
+echo "VmRSS KiB: before $before, at 1 s $at1, at 4 s $at4; 1 s to 4 s: +$((at4 - at1))"
