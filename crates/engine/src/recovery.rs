@@ -23,7 +23,7 @@ use crate::stats::{Counters, RecoveryReport};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -122,6 +122,7 @@ impl Resolver<'_> {
             }
             table.insert_unique(hash, entry, self.keydir.rehasher());
         }
+        self.keydir.note_expiry(hash, header.exptime);
         self.tombstones.remove(key);
     }
 
@@ -274,6 +275,8 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         flush_seq,
         flush_deadline: AtomicU32::new(flush_deadline),
         flush_swept: AtomicU64::new(0),
+        expiry_hand: AtomicUsize::new(0),
+        cache_hand: AtomicUsize::new(0),
         compaction_lock: Mutex::new(()),
         recovery: report,
         shutdown: AtomicBool::new(false),
@@ -532,6 +535,7 @@ fn finish_keydir(
             if let Some(touch) = touches.get(entry.key()) {
                 if touch.target == entry.cas() && touch.seq > entry.cas() {
                     entry.set_exptime(touch.exptime);
+                    keydir.note_expiry_at(index, touch.exptime);
                     if touch.stale {
                         entry.bits().fetch_or(BIT_STALE, Ordering::Relaxed);
                     }

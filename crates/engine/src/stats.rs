@@ -49,6 +49,9 @@ pub struct Counters {
     pub compaction_bytes_written: AtomicU64,
     /// Items removed in the background because they expired or were flushed.
     pub reclaimed_items: AtomicU64,
+    /// Keydir partitions the expiry sweep walked (it passes over those that
+    /// hold no item with an expiry time).
+    pub expiry_walks: AtomicU64,
     /// Values dropped from memory to stay within the cache budget.
     pub cache_evictions: AtomicU64,
 }
@@ -154,6 +157,8 @@ pub struct Stats {
     pub compaction_bytes_written: u64,
     /// Items reclaimed after expiry or flush.
     pub reclaimed_items: u64,
+    /// Keydir partitions the expiry sweep walked.
+    pub expiry_walks: u64,
     /// Values dropped from memory for the cache budget.
     pub cache_evictions: u64,
     /// The next CAS unique to be handed out.

@@ -192,6 +192,7 @@ impl ServerStats {
             engine.group_commit_writers_max,
         );
         stat(out, "group_commits_waited", engine.group_commits_waited);
+        stat(out, "expiry_walks", engine.expiry_walks);
         stat(out, "compactions", engine.compactions);
         stat(out, "compaction_bytes_read", engine.compaction_bytes_read);
         stat(
