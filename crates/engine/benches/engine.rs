@@ -10,6 +10,11 @@
 //! - `reopen/{keys}`: opening a directory holding `LARDER_BENCH_KEYS` items
 //!   (default 100,000; the design target is 1,000,000 in seconds), mostly
 //!   from hint files plus a scanned active segment.
+//! - `compact/{keys}`: one compaction pass over the sealed segments of
+//!   `LARDER_BENCH_KEYS` items (default 100,000) of which every other one
+//!   was just overwritten, so the segments are about half dead; the
+//!   overwrites are not timed. Throughput is per item, so the figure reads
+//!   as compaction time per live item.
 //!
 //! Run: `cargo bench -p larder-engine -- --quick` for a short pass.
 
@@ -177,5 +182,49 @@ fn reopen(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, get_hit, set_none, set_always, reopen);
+fn compact(c: &mut Criterion) {
+    let keys: u64 = std::env::var("LARDER_BENCH_KEYS")
+        .ok()
+        .and_then(|keys| keys.parse().ok())
+        .unwrap_or(100_000);
+    let dir = temp_dir();
+    let mut config = Config::new(dir.path());
+    config.durability = Durability::None;
+    config.segment_bytes_max = 4 << 20;
+    config.background_threads = false;
+    let engine = Engine::open(config).unwrap();
+    let overwrite = |from: u64| {
+        for i in (from..keys).step_by(2) {
+            let (_, ticket) = engine
+                .store(StoreMode::Set, &key(i), VALUE, 0, Expiry::Never)
+                .unwrap();
+            if i % 1024 < 2 {
+                engine.commit(ticket).unwrap();
+            }
+        }
+    };
+    overwrite(0);
+    overwrite(1);
+    let mut group = c.benchmark_group("compact");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(keys));
+    let mut round = 0;
+    group.bench_with_input(BenchmarkId::from_parameter(keys), &keys, |b, _| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                overwrite(round % 2);
+                round += 1;
+                let started = Instant::now();
+                let compacted = engine.compact_now(0.3).unwrap();
+                total += started.elapsed();
+                assert!(compacted > 0);
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, get_hit, set_none, set_always, reopen, compact);
 criterion_main!(benches);

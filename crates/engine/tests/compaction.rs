@@ -254,3 +254,87 @@ fn a_pass_over_many_segments_writes_outputs_of_at_most_a_quarter_segment() {
     assert!(after.disk_bytes < before.disk_bytes);
     assert_loaded_then_overwritten(&engine, keys);
 }
+
+/// A compaction of large segments (tens of thousands of small records, a
+/// few near-megabyte ones, its output written and switched a megabyte at a
+/// time) keeps exactly the live records: overwrites, deletes and touches
+/// all come out right, before and after a reopen.
+#[test]
+fn segments_of_many_thousands_of_records_keep_exactly_their_live_ones() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::None);
+    config.segment_bytes_max = 8 << 20;
+    let engine = open(&fs, &config, &clock);
+    let keys = 40_000;
+    let big = |key: usize| vec![b'0' + (key % 10) as u8; 900_000];
+    for key in 0..keys {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 0),
+        );
+        if key % 10_000 == 5 {
+            set(&engine, format!("big{key}").as_bytes(), &big(key));
+        }
+    }
+    for key in (0..keys).step_by(2) {
+        set(
+            &engine,
+            format!("key{key}").as_bytes(),
+            &round_value(key, 1),
+        );
+    }
+    for key in (1..keys).step_by(6) {
+        let (_, ticket) = engine.delete(format!("key{key}").as_bytes(), None).unwrap();
+        engine.commit(ticket).unwrap();
+    }
+    let soon = larder_engine::Expiry::from_memcached(30, clock.now());
+    for key in (3..keys).step_by(6) {
+        let (touched, ticket) = engine.touch(format!("key{key}").as_bytes(), soon).unwrap();
+        engine.commit(ticket).unwrap();
+        assert!(touched);
+    }
+    // Seal the segment being written so that every record can be compacted.
+    for filler in 0..(config.segment_bytes_max as usize / 130) {
+        set(
+            &engine,
+            format!("filler{filler}").as_bytes(),
+            &round_value(filler, 0),
+        );
+    }
+    let expected = |key: usize| match key % 6 {
+        1 => None,
+        _ if key.is_multiple_of(2) => Some(round_value(key, 1)),
+        _ => Some(round_value(key, 0)),
+    };
+    let check = |engine: &larder_engine::Engine, when: &str| {
+        for key in 0..keys {
+            let found = value(engine, format!("key{key}").as_bytes());
+            assert_eq!(found, expected(key), "key{key} {when}");
+        }
+        for key in (5..keys).step_by(10_000) {
+            let found = value(engine, format!("big{key}").as_bytes());
+            assert_eq!(found, Some(big(key)), "big{key} {when}");
+        }
+    };
+    let before = engine.stats();
+    assert!(engine.compact_now(0.0).unwrap() > 0);
+    let after = engine.stats();
+    assert!(
+        after.compaction_bytes_read - before.compaction_bytes_read > 8 << 20,
+        "a whole segment was read"
+    );
+    assert_eq!(after.items, before.items);
+    assert_eq!(after.live_bytes, before.live_bytes);
+    check(&engine, "after compaction");
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    check(&engine, "after reopening");
+    clock.advance(60);
+    for key in (0..keys).step_by(3) {
+        let found = value(&engine, format!("key{key}").as_bytes());
+        let wanted = if key % 6 == 3 { None } else { expected(key) };
+        assert_eq!(found, wanted, "key{key}: the touches' expiry survived");
+    }
+}
