@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# How the record in cost.txt was taken (run by hand, not part of the suite):
+# one Larder build under `everysec`, 1M keys of 100 bytes preloaded, then
+# 20 s of pipelined sets (50 connections, pipeline 16) over the same keys,
+# which keeps compaction busy. Reports the sets per second, the CPU time of
+# the compactor thread and of the request threads over the run (from
+# /proc/PID/task/*/stat; time the host stole is not in it), and the
+# compaction counters of `stats`: the compactor's CPU per MiB of segments
+# it read is the figure to compare between builds; per MiB it freed (read
+# less written) also depends on how dead the segments were when taken.
+#
+# Usage: benchmarks/results/2026-11-23-compaction-batches/cost.sh BINARY [LOADGEN]
+set -euo pipefail
+BIN=$1
+BENCH=${2:-target/release/larder}
+PORT=${PORT:-22184}
+WORK=$(mktemp -d)
+"$BIN" serve -l 127.0.0.1 -p "$PORT" -t 2 -m 1024 -c 4096 --data-dir "$WORK/data" \
+    --durability everysec >"$WORK/server.log" 2>&1 &
+SERVER=$!
+trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
+sleep 0.5
+"$BENCH" bench -s "127.0.0.1:$PORT" -k 1000000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
+sleep 2
+# "thread-name ticks" per thread name, summed over threads of that name.
+ticks() {
+    for task in /proc/"$SERVER"/task/*; do
+        echo "$(cat "$task/comm") $(awk '{print $14 + $15}' "$task/stat")"
+    done | awk '{sum[$1] += $2} END {for (name in sum) print name, sum[name]}' | sort
+}
+counter() {
+    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
+    printf 'stats\r\n' >&3
+    while IFS= read -r -t 2 line <&3; do
+        line=${line%$'\r'}
+        [ "$line" = END ] && break
+        case $line in "STAT $1 "*) echo "${line##* }" ;; esac
+    done
+    exec 3<&-
+}
+ticks >"$WORK/before"
+read_before=$(counter larder_compaction_bytes_read)
+written_before=$(counter larder_compaction_bytes_written)
+"$BENCH" bench -s "127.0.0.1:$PORT" -k 1000000 -v 100 -q -t 2 -c 25 -P 16 --ratio 0:1 \
+    -d 20s --warmup 500ms --json >"$WORK/bench.json"
+ticks >"$WORK/after"
+read_after=$(counter larder_compaction_bytes_read)
+written_after=$(counter larder_compaction_bytes_written)
+compactor=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-compact" {print ($3 - $2) * 10}')
+workers=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-worker" {print ($3 - $2) * 10}')
+python3 - "$WORK/bench.json" "$compactor" "$workers" "$read_before" "$read_after" \
+    "$written_before" "$written_after" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+compactor, workers = int(sys.argv[2]), int(sys.argv[3])
+read_mib = (int(sys.argv[5]) - int(sys.argv[4])) / 2**20
+written_mib = (int(sys.argv[7]) - int(sys.argv[6])) / 2**20
+freed_mib = read_mib - written_mib
+per_read = f"{compactor / read_mib:.2f} ms" if read_mib else "-"
+per_freed = f"{compactor / freed_mib:.2f} ms" if freed_mib > 0 else "-"
+print(f"sets/s {run['ops_per_second']:.0f}  compactor CPU {compactor} ms  request threads CPU {workers} ms  "
+      f"compaction read {read_mib:.0f} MiB, wrote {written_mib:.0f} MiB  "
+      f"compactor CPU per MiB read {per_read}, per MiB freed {per_freed}")
+PY
