@@ -222,8 +222,9 @@ impl Engine {
         crate::compaction::compact_pass(&self.inner, dead_ratio_min)
     }
 
-    /// Runs the maintenance work (delayed flushes, reclaiming flushed items,
-    /// cache trimming) once now.
+    /// Runs the maintenance work (delayed flushes, reclaiming flushed and
+    /// expired items, cache trimming) once now; the expiry sweep looks at
+    /// one tick's share of the keydir partitions (8).
     pub fn maintain_now(&self) {
         crate::maintenance::maintain_once(&self.inner);
     }

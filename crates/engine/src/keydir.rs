@@ -463,8 +463,9 @@ impl Keydir {
         self.may_expire_flag(index).load(Ordering::Relaxed)
     }
 
-    /// Records that a walk of partition `index`, under its write lock, found
-    /// no entry with an expiry time.
+    /// Records that partition `index` holds no entry with an expiry time: a
+    /// walk under its write lock found none but expired ones, and removed
+    /// those.
     pub fn none_expire(&self, index: usize) {
         self.may_expire_flag(index).store(false, Ordering::Relaxed);
     }

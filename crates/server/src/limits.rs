@@ -17,8 +17,9 @@ pub const LISTEN_BACKLOG: u32 = 4096;
 pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
 /// Free room a read must have at the end of the read buffer. With less, the
 /// unparsed bytes first move to the front of the buffer (or, when they fill
-/// most of it, the buffer grows), so reads are not cut short mid-request by
-/// the buffer's end, and a buffer that keeps being reused does not grow.
+/// most of it, the buffer grows), so a read of up to this many bytes is not
+/// cut short by the buffer's end, and a buffer that keeps being reused does
+/// not grow.
 pub const READ_ROOM_BYTES_MIN: usize = READ_BUFFER_BYTES_INITIAL / 4;
 /// Replies buffered before the connection stops processing requests and
 /// writes them out (a client that pipelines many large gets cannot make the
