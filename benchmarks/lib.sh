@@ -150,6 +150,32 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
+# thread_ticks PID: one "NAME TICKS" line per thread name of process PID,
+# the CPU clock ticks (user + system) its threads of that name have used so
+# far, sorted by name (for join). Used by the record scripts under results/.
+thread_ticks() {
+    local task
+    for task in /proc/"$1"/task/*; do
+        echo "$(cat "$task/comm") $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$task/stat")"
+    done | awk '{ sum[$1] += $2 } END { for (name in sum) print name, sum[name] }' | sort
+}
+
+# record_larder BINARY LOADGEN DURABILITY PORT KEYS: for the record scripts
+# under results/: starts BINARY (2 threads, 1 GiB, 4096 connections) on
+# 127.0.0.1:PORT with DURABILITY in a new temporary directory, sets
+# RECORD_PID and RECORD_DIR, arranges for both to be stopped and removed on
+# exit, and preloads KEYS keys of 100 bytes with LOADGEN.
+record_larder() {
+    local bin="$1" loadgen="$2" durability="$3" port="$4" keys="$5"
+    RECORD_DIR="$(mktemp -d)"
+    "$bin" serve -l 127.0.0.1 -p "$port" -t 2 -m 1024 -c 4096 --data-dir "$RECORD_DIR/data" \
+        --durability "$durability" >"$RECORD_DIR/server.log" 2>&1 &
+    RECORD_PID=$!
+    trap 'kill "$RECORD_PID" 2>/dev/null || true; wait "$RECORD_PID" 2>/dev/null || true; rm -rf "$RECORD_DIR"' EXIT
+    sleep 0.5
+    "$loadgen" bench -s "127.0.0.1:$port" -k "$keys" -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
+}
+
 # host_ticks: "TOTAL STEAL", the machine's CPU time so far in clock ticks
 # summed over all CPUs (user to steal in /proc/stat), and the part of it
 # the host stole: time a vCPU of this virtual machine wanted to run while

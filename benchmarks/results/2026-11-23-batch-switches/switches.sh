@@ -10,13 +10,11 @@ set -euo pipefail
 BIN=$1
 BENCH=${2:-target/release/larder}
 PORT=${PORT:-22129}
-WORK=$(mktemp -d)
-"$BIN" serve -l 127.0.0.1 -p "$PORT" -t 2 -m 1024 -c 4096 --data-dir "$WORK/data" \
-    --durability always >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
-sleep 0.5
-"$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
+# record_larder; run from the repository root.
+source benchmarks/lib.sh
+record_larder "$BIN" "$BENCH" always "$PORT" 100000
+WORK=$RECORD_DIR
+SERVER=$RECORD_PID
 
 switches() {
     for task in /proc/"$SERVER"/task/*; do

@@ -14,20 +14,11 @@ set -euo pipefail
 BIN=$1
 BENCH=${2:-target/release/larder}
 PORT=${PORT:-22184}
-WORK=$(mktemp -d)
-"$BIN" serve -l 127.0.0.1 -p "$PORT" -t 2 -m 1024 -c 4096 --data-dir "$WORK/data" \
-    --durability everysec >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
-sleep 0.5
-"$BENCH" bench -s "127.0.0.1:$PORT" -k 1000000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
+# record_larder and thread_ticks; run from the repository root.
+source benchmarks/lib.sh
+record_larder "$BIN" "$BENCH" everysec "$PORT" 1000000
+WORK=$RECORD_DIR
 sleep 2
-# "thread-name ticks" per thread name, summed over threads of that name.
-ticks() {
-    for task in /proc/"$SERVER"/task/*; do
-        echo "$(cat "$task/comm") $(awk '{print $14 + $15}' "$task/stat")"
-    done | awk '{sum[$1] += $2} END {for (name in sum) print name, sum[name]}' | sort
-}
 counter() {
     exec 3<>"/dev/tcp/127.0.0.1/$PORT"
     printf 'stats\r\n' >&3
@@ -38,12 +29,12 @@ counter() {
     done
     exec 3<&-
 }
-ticks >"$WORK/before"
+thread_ticks "$RECORD_PID" >"$WORK/before"
 read_before=$(counter larder_compaction_bytes_read)
 written_before=$(counter larder_compaction_bytes_written)
 "$BENCH" bench -s "127.0.0.1:$PORT" -k 1000000 -v 100 -q -t 2 -c 25 -P 16 --ratio 0:1 \
     -d 20s --warmup 500ms --json >"$WORK/bench.json"
-ticks >"$WORK/after"
+thread_ticks "$RECORD_PID" >"$WORK/after"
 read_after=$(counter larder_compaction_bytes_read)
 written_after=$(counter larder_compaction_bytes_written)
 compactor=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-compact" {print ($3 - $2) * 10}')

@@ -9,14 +9,11 @@ set -euo pipefail
 BIN=$1
 BENCH=${2:-target/release/larder}
 PORT=${PORT:-22179}
-WORK=$(mktemp -d)
-"$BIN" serve -l 127.0.0.1 -p "$PORT" -t 2 -m 1024 -c 4096 --data-dir "$WORK/data" \
-    --durability always >"$WORK/server.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; rm -rf "$WORK"' EXIT
-sleep 0.5
-"$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$SERVER/status"; }
+# record_larder; run from the repository root.
+source benchmarks/lib.sh
+record_larder "$BIN" "$BENCH" always "$PORT" 100000
+WORK=$RECORD_DIR
+rss() { awk '/^VmRSS/ {print $2}' "/proc/$RECORD_PID/status"; }
 before=$(rss)
 "$BENCH" bench -s "127.0.0.1:$PORT" -k 100000 -v 100 -q -t 2 -c 250 -P 1 --ratio 0:1 \
     -d 5s --warmup 500ms --json >"$WORK/bench.json" &

@@ -130,15 +130,27 @@ fn set_always(c: &mut Criterion) {
     );
 }
 
-fn reopen(c: &mut Criterion) {
-    let keys: u64 = std::env::var("LARDER_BENCH_KEYS")
+/// `LARDER_BENCH_KEYS`, default 100,000: the item count of the benchmarks
+/// over many keys.
+fn bench_keys() -> u64 {
+    std::env::var("LARDER_BENCH_KEYS")
         .ok()
         .and_then(|keys| keys.parse().ok())
-        .unwrap_or(100_000);
-    let dir = temp_dir();
-    let mut config = Config::new(dir.path());
+        .unwrap_or(100_000)
+}
+
+/// The config of the benchmarks over many keys: no syncs, 4 MiB segments.
+fn many_keys_config(dir: &Path) -> Config {
+    let mut config = Config::new(dir);
     config.durability = Durability::None;
     config.segment_bytes_max = 4 << 20;
+    config
+}
+
+fn reopen(c: &mut Criterion) {
+    let keys = bench_keys();
+    let dir = temp_dir();
+    let config = many_keys_config(dir.path());
     {
         let engine = Engine::open(config.clone()).unwrap();
         for i in 0..keys {
@@ -183,14 +195,9 @@ fn reopen(c: &mut Criterion) {
 }
 
 fn compact(c: &mut Criterion) {
-    let keys: u64 = std::env::var("LARDER_BENCH_KEYS")
-        .ok()
-        .and_then(|keys| keys.parse().ok())
-        .unwrap_or(100_000);
+    let keys = bench_keys();
     let dir = temp_dir();
-    let mut config = Config::new(dir.path());
-    config.durability = Durability::None;
-    config.segment_bytes_max = 4 << 20;
+    let mut config = many_keys_config(dir.path());
     config.background_threads = false;
     let engine = Engine::open(config).unwrap();
     // Every key when `round` is None, else a pseudo-random half that
