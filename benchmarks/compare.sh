@@ -77,8 +77,8 @@ log() { printf '[compare %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- settings
-[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer, not '$RUNS'"
-[[ "$KEYS" =~ ^[1-9][0-9]*$ ]] || die "KEYS must be a positive integer, not '$KEYS'"
+positive RUNS "$RUNS"
+positive KEYS "$KEYS"
 whole_number SETTLE_SECONDS_MAX "$SETTLE_SECONDS_MAX"
 for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c'"; done
 for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
@@ -129,19 +129,6 @@ declare -A SERVER_PID=()   # name -> pid of the running server
 CURRENT_PORT=""
 
 on_exit_stop stop_all_servers
-
-server_stats() {
-    local port="$1"
-    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
-    printf 'stats\r\n' >&3
-    local line
-    while IFS= read -r -t 2 line <&3; do
-        line="${line%$'\r'}"
-        [[ "$line" == END || "$line" == ERROR* ]] && break
-        printf '%s\n' "$line"
-    done
-    exec 3<&-
-}
 
 start_server() {
     local name="$1" round="$2" port dir logf pid

@@ -150,6 +150,23 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
+# server_stats PORT: the `stats` reply of the memcached-protocol server on
+# 127.0.0.1:PORT as "NAME VALUE" lines; fails if it cannot connect.
+server_stats() {
+    local port="$1" line
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
+    printf 'stats\r\n' >&3
+    while IFS= read -r -t 5 line <&3; do
+        line="${line%$'\r'}"
+        [[ "$line" == END || "$line" == ERROR* ]] && break
+        [[ "$line" == STAT\ * ]] && printf '%s\n' "${line#STAT }"
+    done
+    exec 3<&-
+}
+
+# stat_value NAME: the value of NAME in server_stats output read from stdin.
+stat_value() { awk -v name="$1" '$1 == name { print $2 }'; }
+
 # thread_ticks PID: one "NAME TICKS" line per thread name of process PID,
 # the CPU clock ticks (user + system) its threads of that name have used so
 # far, sorted by name (for join). Used by the record scripts under results/.

@@ -167,19 +167,6 @@ stop_everything() {
 }
 on_exit_stop stop_everything
 
-# The `stats` reply as NAME VALUE lines.
-server_stats() {
-    local port="$1" line
-    exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
-    printf 'stats\r\n' >&3
-    while IFS= read -r -t 5 line <&3; do
-        line="${line%$'\r'}"
-        [[ "$line" == END || "$line" == ERROR* ]] && break
-        [[ "$line" == STAT\ * ]] && printf '%s\n' "${line#STAT }"
-    done
-    exec 3<&-
-}
-
 # ------------------------------------------------------------------ server
 PORT="$(free_port)"
 SERVER_LOG="$RAW/server.log"
@@ -273,7 +260,7 @@ sample_once() {
     json="{\"time\": $now, \"du_bytes\": ${du_bytes:-null}, \"du_apparent_bytes\": ${apparent_bytes:-null}"
     json+=", \"cpu_ticks\": {$json_cpu}, \"server_cpu_ticks\": $server_ticks, \"client_cpu_ticks\": $client_ticks"
     for field in $STAT_FIELDS; do
-        value="$(awk -v f="$field" '$1 == f {print $2}' <<<"$stats")"
+        value="$(stat_value "$field" <<<"$stats")"
         [[ "$value" =~ ^[0-9]+$ ]] || value=null
         json+=", \"$field\": $value"
     done

@@ -10,7 +10,7 @@ set -euo pipefail
 BIN=$1
 BENCH=${2:-target/release/larder}
 PORT=${PORT:-22129}
-# record_larder; run from the repository root.
+# record_larder and server_stats; run from the repository root.
 source benchmarks/lib.sh
 record_larder "$BIN" "$BENCH" always "$PORT" 100000
 WORK=$RECORD_DIR
@@ -26,17 +26,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 
 # The counters this record reports, as "name value" lines.
 counters() {
-    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
-    printf 'stats\r\n' >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        [ "$line" = END ] && break
-        case $line in
-        "STAT larder_fsyncs "* | "STAT larder_group_commits "* | "STAT larder_group_commit_writers "* | "STAT larder_group_commits_waited "*)
-            echo "${line#STAT }" ;;
-        esac
-    done
-    exec 3<&-
+    server_stats "$PORT" | grep -E '^larder_(fsyncs|group_commits|group_commit_writers|group_commits_waited) '
 }
 
 counters >"$WORK/counters-before"

@@ -14,29 +14,22 @@ set -euo pipefail
 BIN=$1
 BENCH=${2:-target/release/larder}
 PORT=${PORT:-22184}
-# record_larder and thread_ticks; run from the repository root.
+# record_larder, thread_ticks, server_stats and stat_value; run from the
+# repository root.
 source benchmarks/lib.sh
 record_larder "$BIN" "$BENCH" everysec "$PORT" 1000000
 WORK=$RECORD_DIR
 sleep 2
-counter() {
-    exec 3<>"/dev/tcp/127.0.0.1/$PORT"
-    printf 'stats\r\n' >&3
-    while IFS= read -r -t 2 line <&3; do
-        line=${line%$'\r'}
-        [ "$line" = END ] && break
-        case $line in "STAT $1 "*) echo "${line##* }" ;; esac
-    done
-    exec 3<&-
-}
 thread_ticks "$RECORD_PID" >"$WORK/before"
-read_before=$(counter larder_compaction_bytes_read)
-written_before=$(counter larder_compaction_bytes_written)
+stats_before=$(server_stats "$PORT")
+read_before=$(stat_value larder_compaction_bytes_read <<<"$stats_before")
+written_before=$(stat_value larder_compaction_bytes_written <<<"$stats_before")
 "$BENCH" bench -s "127.0.0.1:$PORT" -k 1000000 -v 100 -q -t 2 -c 25 -P 16 --ratio 0:1 \
     -d 20s --warmup 500ms --json >"$WORK/bench.json"
 thread_ticks "$RECORD_PID" >"$WORK/after"
-read_after=$(counter larder_compaction_bytes_read)
-written_after=$(counter larder_compaction_bytes_written)
+stats_after=$(server_stats "$PORT")
+read_after=$(stat_value larder_compaction_bytes_read <<<"$stats_after")
+written_after=$(stat_value larder_compaction_bytes_written <<<"$stats_after")
 compactor=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-compact" {print ($3 - $2) * 10}')
 workers=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-worker" {print ($3 - $2) * 10}')
 python3 - "$WORK/bench.json" "$compactor" "$workers" "$read_before" "$read_after" \

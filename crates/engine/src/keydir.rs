@@ -443,7 +443,9 @@ impl Keydir {
     /// stored expiry `exptime` (nothing to note for 0, never). Call it with
     /// that partition's write lock held, wherever an entry's expiry is set.
     pub fn note_expiry(&self, hash: u64, exptime: u32) {
-        self.note_expiry_at(self.partition_index(hash), exptime);
+        if exptime != 0 {
+            self.note_expiry_at(self.partition_index(hash), exptime);
+        }
     }
 
     /// [`Keydir::note_expiry`] by partition index.
