@@ -56,7 +56,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::{join, write_synced, Fs};
-use crate::record::{self, u32_at, u64_at, Header, Kind};
+use crate::record::{self, u32_at, u64_at, Header, Kind, SEQ_MAX};
 use crate::segment;
 use std::path::Path;
 
@@ -297,6 +297,9 @@ fn decode_v2_entries(
         let exptime = optional(BIT_EXPTIME, "exptime")?;
         let seq_delta = reader.varint_max(u64::MAX).ok_or_else(|| bad("seq"))?;
         let seq = previous_seq.wrapping_add(unzigzag(seq_delta));
+        if seq > SEQ_MAX {
+            return Err(bad("seq"));
+        }
         let target_seq = if kind == Kind::Touch {
             reader
                 .varint_max(u64::MAX)
@@ -366,6 +369,10 @@ fn decode_v1_entries(
             .get(4)
             .and_then(|&byte| Kind::from_byte(byte))
             .ok_or_else(|| corrupt(at, format!("unknown kind {:?} in hint", whole.get(4))))?;
+        let seq = u64_at(whole, 24);
+        if seq > SEQ_MAX {
+            return Err(corrupt(at, format!("hint entry seq {seq} above {SEQ_MAX}")));
+        }
         entries.push(HintEntry {
             header: Header {
                 kind,
@@ -375,7 +382,7 @@ fn decode_v1_entries(
                 value_len: u32_at(whole, 12),
                 flags: u32_at(whole, 16),
                 exptime: u32_at(whole, 20),
-                seq: u64_at(whole, 24),
+                seq,
             },
             offset: u32_at(whole, 8),
             key: whole
@@ -614,6 +621,21 @@ mod tests {
             let mut damaged = bytes.clone();
             damaged[at] ^= 0x40;
             assert!(decode(&damaged, Path::new("h")).is_err(), "damage at {at}");
+        }
+    }
+
+    #[test]
+    fn an_entry_seq_above_the_largest_possible_is_rejected() {
+        let mut entries = sample();
+        entries[1].header.seq = SEQ_MAX;
+        assert!(decode(&write(&entries, 9, 400), Path::new("h")).is_ok());
+        assert!(decode(&v1_file(&entries, 9, 400), Path::new("h")).is_ok());
+        for seq in [SEQ_MAX + 1, u64::MAX] {
+            entries[1].header.seq = seq;
+            let error = decode(&write(&entries, 9, 400), Path::new("h")).unwrap_err();
+            assert!(error.to_string().contains("bad seq"), "{error}");
+            let error = decode(&v1_file(&entries, 9, 400), Path::new("h")).unwrap_err();
+            assert!(error.to_string().contains("seq"), "{error}");
         }
     }
 

@@ -14,7 +14,8 @@
 //! 16      4          exptime: absolute unix seconds, 0 = never (put, touch);
 //!                    for flush, the unix second it takes effect, 0 = at once
 //! 20      8          seq: the write's sequence number, which is also the CAS
-//!                    unique of a put; unique and increasing across restarts
+//!                    unique of a put; unique and increasing across
+//!                    restarts, from 1 to at most SEQ_MAX (2^62)
 //! 28      key_len    key
 //! 28+k    value_len  value; for touch, the 8-byte seq of the put it touches
 //! ```
@@ -31,6 +32,12 @@ use std::ops::Range;
 pub const HEADER_BYTES: usize = 28;
 /// Longest key a record can hold (the field is 16 bits).
 pub const KEY_BYTES_MAX: usize = u16::MAX as usize;
+
+/// The largest seq a file may hold. An engine issues seqs one at a time from
+/// 1; at ten million writes a second it would take over 14,000 years to get
+/// here. A larger seq, even under a good checksum, is damage, and refusing it
+/// keeps recovery's next seq (the largest found plus one) from overflowing.
+pub const SEQ_MAX: u64 = 1 << 62;
 
 const BIT_BATCH_CONTINUES: u8 = 1;
 const BIT_STALE: u8 = 2;
@@ -170,6 +177,8 @@ pub enum DecodeError {
     },
     /// The header names no known kind.
     BadKind(u8),
+    /// The seq is above [`SEQ_MAX`].
+    BadSeq(u64),
     /// The checksum does not match.
     BadChecksum {
         /// The checksum stored in the record.
@@ -189,6 +198,9 @@ impl std::fmt::Display for DecodeError {
                 )
             }
             DecodeError::BadKind(kind) => write!(f, "unknown record kind {kind}"),
+            DecodeError::BadSeq(seq) => {
+                write!(f, "seq {seq} is above the largest possible, {SEQ_MAX}")
+            }
             DecodeError::BadChecksum { stored, computed } => write!(
                 f,
                 "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
@@ -233,6 +245,10 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, DecodeError> {
     let kind_byte = bytes.get(4).copied().unwrap_or_default();
     let kind = Kind::from_byte(kind_byte).ok_or(DecodeError::BadKind(kind_byte))?;
     let bits = bytes.get(5).copied().unwrap_or_default();
+    let seq = u64_at(bytes, 20);
+    if seq > SEQ_MAX {
+        return Err(DecodeError::BadSeq(seq));
+    }
     Ok(Header {
         kind,
         batch_continues: bits & BIT_BATCH_CONTINUES != 0,
@@ -241,7 +257,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, DecodeError> {
         value_len: u32_at(bytes, 8),
         flags: u32_at(bytes, 12),
         exptime: u32_at(bytes, 16),
-        seq: u64_at(bytes, 20),
+        seq,
     })
 }
 
@@ -314,6 +330,19 @@ mod tests {
                 *byte ^= 0x10;
             }
             assert!(decode(&damaged).is_err(), "flip at {at} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn a_seq_above_the_largest_possible_fails_to_decode() {
+        let mut out = Vec::new();
+        encode(&mut out, &put(SEQ_MAX), b"key", b"value");
+        assert_eq!(decode(&out).expect("the largest seq").seq, SEQ_MAX);
+        for seq in [SEQ_MAX + 1, u64::MAX] {
+            let mut out = Vec::new();
+            encode(&mut out, &put(seq), b"key", b"value");
+            assert!(matches!(decode(&out), Err(DecodeError::BadSeq(s)) if s == seq));
+            assert!(matches!(decode_header(&out), Err(DecodeError::BadSeq(_))));
         }
     }
 

@@ -216,8 +216,15 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     let records = resolver.records;
     drop(resolver);
     finish_keydir(&keydir, &opened, &touches, flush_seq, &counters);
-    let max_id = opened.last().map_or(0, |segment| segment.id);
-    let segments = Arc::new(Segments::new(max_id + 1));
+    let next_id = match opened.last() {
+        None => 1,
+        Some(last) => last.id.checked_add(1).ok_or_else(|| Error::Corruption {
+            file: last.path.clone(),
+            offset: 0,
+            reason: format!("segment id {} leaves none for the next segment", last.id),
+        })?,
+    };
+    let segments = Arc::new(Segments::new(next_id));
     let flush_seq = Arc::new(AtomicU64::new(flush_seq));
     let next_seq = Arc::new(AtomicU64::new(next_seq));
     let active = match active_id.and_then(|id| opened.iter().find(|s| s.id == id)) {

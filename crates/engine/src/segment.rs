@@ -25,7 +25,7 @@
 
 use crate::error::{Error, Result};
 use crate::fs::FsFile;
-use crate::record::{u32_at, u64_at};
+use crate::record::{u32_at, u64_at, SEQ_MAX};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -113,11 +113,18 @@ impl SegmentHeader {
             Some(2) => Origin::Compaction,
             other => return Err(corrupt(format!("unknown segment origin {other:?}"))),
         };
+        let seq_at_creation = u64_at(bytes, 16);
+        let flush_seq = u64_at(bytes, 24);
+        if seq_at_creation.max(flush_seq) > SEQ_MAX {
+            return Err(corrupt(format!(
+                "segment header seqs {seq_at_creation} and {flush_seq}: above the largest possible, {SEQ_MAX}"
+            )));
+        }
         Ok(SegmentHeader {
             origin,
             id: u32_at(bytes, 12),
-            seq_at_creation: u64_at(bytes, 16),
-            flush_seq: u64_at(bytes, 24),
+            seq_at_creation,
+            flush_seq,
         })
     }
 }
@@ -235,6 +242,23 @@ mod tests {
         let mut damaged = bytes;
         damaged[20] ^= 1;
         assert!(SegmentHeader::decode(&damaged, path).is_err());
+    }
+
+    #[test]
+    fn a_seq_above_the_largest_possible_is_damage() {
+        let path = Path::new("x.seg");
+        let header = |seq_at_creation, flush_seq| SegmentHeader {
+            origin: Origin::Log,
+            id: 1,
+            seq_at_creation,
+            flush_seq,
+        };
+        assert!(SegmentHeader::decode(&header(SEQ_MAX, SEQ_MAX).encode(), path).is_ok());
+        for (at_creation, flush) in [(SEQ_MAX + 1, 0), (1, u64::MAX), (u64::MAX, 1)] {
+            let error = SegmentHeader::decode(&header(at_creation, flush).encode(), path)
+                .expect_err("an impossible seq");
+            assert!(error.to_string().contains("largest possible"), "{error}");
+        }
     }
 
     #[test]

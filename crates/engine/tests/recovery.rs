@@ -222,6 +222,108 @@ fn record_offsets(bytes: &[u8]) -> Vec<u64> {
     offsets
 }
 
+/// A record whose seq no engine could have issued, under a good checksum:
+/// damage like any other. At the active segment's end it is cut off; the
+/// seqs issued after the open carry on from the last good record.
+#[test]
+fn a_record_with_an_impossible_seq_is_cut_off_the_active_segment() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    set(&engine, b"first", b"kept");
+    let next_cas = engine.stats().next_cas;
+    engine.close().unwrap();
+    let active = segment_path(*segment_ids(&fs).last().unwrap());
+    let mut bytes = fs.read_file(&active).unwrap();
+    let clean_len = bytes.len() as u64;
+    let put = Header {
+        kind: Kind::Put,
+        batch_continues: false,
+        stale: false,
+        key_len: 5,
+        value_len: 5,
+        flags: 0,
+        exptime: 0,
+        seq: u64::MAX,
+    };
+    record::encode(&mut bytes, &put, b"ghost", b"value");
+    fs.write_file(&active, &bytes).unwrap();
+
+    let engine = open(&fs, &config, &clock);
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.truncated_file.as_deref(), Some(active.as_path()));
+    assert_eq!(report.truncated_bytes, bytes.len() as u64 - clean_len);
+    assert!(
+        report.truncated_reason.as_deref().unwrap().contains("seq"),
+        "{report:?}"
+    );
+    assert_eq!(value(&engine, b"ghost"), None);
+    assert_eq!(value(&engine, b"first").unwrap(), b"kept");
+    assert_eq!(engine.stats().next_cas, next_cas);
+    set(&engine, b"after", b"the cut");
+    let engine = reopen(engine, &fs, &config, &clock);
+    assert_eq!(value(&engine, b"after").unwrap(), b"the cut");
+}
+
+/// A segment header claiming a seq no engine could have issued fails the
+/// open with an error naming the file, instead of overflowing the next seq.
+#[test]
+fn a_segment_header_with_an_impossible_seq_fails_open_naming_the_file() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    set(&engine, b"first", b"kept");
+    engine.close().unwrap();
+    let id = segment_ids(&fs).last().unwrap() + 1;
+    let header = SegmentHeader {
+        origin: Origin::Log,
+        id,
+        seq_at_creation: u64::MAX,
+        flush_seq: 0,
+    };
+    let damaged = segment_path(id);
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(&[0; 64]);
+    fs.write_file(&damaged, &bytes).unwrap();
+
+    match Engine::open_with(config.clone(), std::sync::Arc::new(fs.clone()), clock) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, damaged);
+            assert!(reason.contains("largest possible"), "{reason}");
+        }
+        Err(other) => panic!("expected a corruption error, got {other}"),
+        Ok(_) => panic!("opened a segment whose header claims seq u64::MAX"),
+    }
+}
+
+/// A segment named with the largest id leaves none for the next segment:
+/// the open fails naming it, instead of handing out ids from 0 again.
+#[test]
+fn a_segment_with_the_largest_id_fails_open_naming_the_file() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let header = SegmentHeader {
+        origin: Origin::Log,
+        id: u32::MAX,
+        seq_at_creation: 1,
+        flush_seq: 0,
+    };
+    let last = segment_path(u32::MAX);
+    fs.write_file(&last, &header.encode()).unwrap();
+
+    match Engine::open_with(config.clone(), std::sync::Arc::new(fs.clone()), clock) {
+        Err(Error::Corruption { file, reason, .. }) => {
+            assert_eq!(file, last);
+            assert!(reason.contains("none for the next"), "{reason}");
+        }
+        Err(other) => panic!("expected a corruption error, got {other}"),
+        Ok(_) => panic!("opened with no segment id left"),
+    }
+}
+
 #[test]
 fn a_flipped_bit_in_a_sealed_segment_fails_open_naming_file_and_offset() {
     let fs = MemFs::new();
