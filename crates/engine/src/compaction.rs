@@ -268,7 +268,7 @@ impl Output {
     fn new(inner: &Inner) -> Result<Output> {
         let header = SegmentHeader {
             origin: Origin::Compaction,
-            id: inner.segments.allocate_id(),
+            id: inner.segments.allocate_id()?,
             seq_at_creation: inner.next_seq.load(Ordering::SeqCst),
             flush_seq: inner.flush_seq.load(Ordering::SeqCst),
         };

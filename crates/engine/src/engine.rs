@@ -260,6 +260,26 @@ impl Drop for Engine {
 }
 
 impl Inner {
+    /// Issues `count` consecutive seqs and returns the first. Fails, issuing
+    /// none, if any would pass [`record::SEQ_MAX`], the largest a file may
+    /// hold: a record with a larger one would be refused as damage at the
+    /// next open. (No engine gets there by writing: 2^62 writes take over
+    /// 14,000 years at ten million a second; a damaged or crafted directory
+    /// can start it close.)
+    pub(crate) fn issue_seqs(&self, count: u64) -> Result<u64> {
+        self.next_seq
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |next| {
+                next.checked_add(count)
+                    .filter(|&after| after <= record::SEQ_MAX + 1)
+            })
+            .map_err(|next| {
+                Error::TooLarge(format!(
+                    "no sequence number left for this write: the next is {next}, the largest {}",
+                    record::SEQ_MAX
+                ))
+            })
+    }
+
     /// The current unix second, after carrying out a delayed `flush_all`
     /// that has come due: as in memcached, no operation may see an item the
     /// flush hides, whether or not the maintenance thread has run yet.

@@ -136,9 +136,19 @@ impl Segments {
         self.map.read().values().cloned().collect()
     }
 
-    /// Allocates a fresh segment id.
-    pub fn allocate_id(&self) -> u32 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+    /// Allocates a fresh segment id; fails once every id is used (ids are
+    /// never reused, and `u32::MAX` is never handed out, so that recovery
+    /// can always name the next one).
+    pub fn allocate_id(&self) -> Result<u32> {
+        self.next_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
+                id.checked_add(1).filter(|&next| next != u32::MAX)
+            })
+            .map_err(|id| {
+                Error::TooLarge(format!(
+                    "no segment id left (ids are never reused; the next would be {id})"
+                ))
+            })
     }
 }
 
@@ -526,7 +536,7 @@ impl Log {
         self.release_reservation(state)?;
         let old = Arc::clone(&state.active);
         drop(self.sync_file(&old)?);
-        let header = self.next_segment_header();
+        let header = self.next_segment_header()?;
         let new = create_segment(&*self.fs, &self.dir, header)?;
         self.segments.insert(Arc::clone(&new));
         old.sealed.store(true, Ordering::Release);
@@ -551,13 +561,13 @@ impl Log {
 
     /// The header of the next log segment: a fresh id, stamped with the
     /// seq and flush generation in force now.
-    fn next_segment_header(&self) -> SegmentHeader {
-        SegmentHeader {
+    fn next_segment_header(&self) -> Result<SegmentHeader> {
+        Ok(SegmentHeader {
             origin: Origin::Log,
-            id: self.segments.allocate_id(),
+            id: self.segments.allocate_id()?,
             seq_at_creation: self.next_seq.load(Ordering::SeqCst),
             flush_seq: self.flush_seq.load(Ordering::SeqCst),
-        }
+        })
     }
 
     /// `fdatasync` of one file, recording a failure as sticky; refused
@@ -941,7 +951,7 @@ impl Log {
             .sync_data()
             .map_err(|e| io("syncing", &old.path, e))?;
         state.written = base;
-        let header = self.next_segment_header();
+        let header = self.next_segment_header()?;
         let new = create_segment(&*self.fs, &self.dir, header)?;
         let start = u64::from(segment::HEADER_BYTES);
         let copied = new
@@ -1120,6 +1130,17 @@ mod tests {
             idle_reports,
             began,
             ended: began + took,
+        }
+    }
+
+    #[test]
+    fn segment_ids_run_out_with_an_error_instead_of_wrapping() {
+        let segments = Segments::new(u32::MAX - 3);
+        assert_eq!(segments.allocate_id().unwrap(), u32::MAX - 3);
+        assert_eq!(segments.allocate_id().unwrap(), u32::MAX - 2);
+        for _ in 0..2 {
+            let error = segments.allocate_id().unwrap_err();
+            assert!(error.to_string().contains("no segment id left"), "{error}");
         }
     }
 

@@ -50,12 +50,17 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
     {
         return;
     }
-    let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-    let header = Header::flush(seq, 0);
-    match inner.log.append(header.record_len(), |buf| {
-        crate::record::encode(buf, &header, &[], &[])
-    }) {
-        Ok(_) => {
+    let logged = inner.issue_seqs(1).and_then(|seq| {
+        let header = Header::flush(seq, 0);
+        inner
+            .log
+            .append(header.record_len(), |buf| {
+                crate::record::encode(buf, &header, &[], &[])
+            })
+            .map(|_| seq)
+    });
+    match logged {
+        Ok(seq) => {
             inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
         }
         Err(error) => {
@@ -176,7 +181,9 @@ fn sweep_expired(inner: &Inner) {
             if inner.log.check_writable().is_err() {
                 return;
             }
-            let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+            let Ok(seq) = inner.issue_seqs(1) else {
+                return;
+            };
             let header = Header::delete(key.len() as u16, seq);
             let appended = inner.log.append(header.record_len(), |buf| {
                 crate::record::encode(buf, &header, &key, &[])

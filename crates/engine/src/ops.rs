@@ -180,7 +180,7 @@ impl Inner {
         exptime: u32,
         stale: bool,
     ) -> Result<(u64, Ticket)> {
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.issue_seqs(1)?;
         let header = put_header(key, value, flags, exptime, seq, stale);
         let (segment, offset, ticket) = self.log.append(header.record_len(), |buf| {
             record::encode(buf, &header, key, value)
@@ -244,7 +244,7 @@ impl Inner {
         if !self.is_live(entry, now) {
             return Ok((None, Ticket::NONE));
         }
-        let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = self.issue_seqs(1)?;
         let target = entry.cas().to_le_bytes();
         let header = Header {
             kind: Kind::Touch,
@@ -363,7 +363,7 @@ impl Engine {
         if cas.is_some_and(|cas| cas != found.get().cas()) {
             return Ok((DeleteOutcome::Exists, Ticket::NONE));
         }
-        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = inner.issue_seqs(1)?;
         let header = Header::delete(key.len() as u16, seq);
         let ticket = inner.append_other(&header, key, &[])?;
         let (entry, _) = found.remove();
@@ -491,7 +491,7 @@ impl Engine {
         inner.log.check_writable()?;
         // A due delayed flush happens before this one replaces its deadline.
         let now = inner.now();
-        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        let seq = inner.issue_seqs(1)?;
         let deadline = if delay_secs == 0 {
             0
         } else {
@@ -539,7 +539,7 @@ impl Engine {
             .iter()
             .map(|&index| inner.keydir.partition_at(index).write())
             .collect();
-        let first_seq = inner.next_seq.fetch_add(ops.len() as u64, Ordering::SeqCst);
+        let first_seq = inner.issue_seqs(ops.len() as u64)?;
         let headers: Vec<Header> = ops
             .iter()
             .enumerate()

@@ -182,8 +182,11 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         now,
     };
     let mut active_len = 0;
+    // Every seq issued before a segment was made is below its
+    // `seq_at_creation`, and every record's below the next to issue.
+    let mut next_seq = 1;
     for segment in &opened {
-        resolver.max_seq = resolver.max_seq.max(segment.header.seq_at_creation);
+        next_seq = next_seq.max(segment.header.seq_at_creation);
         resolver.flush_seq = resolver.flush_seq.max(segment.header.flush_seq);
         let is_active = Some(segment.id) == active_id;
         let len = load_segment(
@@ -201,7 +204,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
             segment.sealed.store(true, Ordering::Relaxed);
         }
     }
-    let next_seq = resolver.max_seq + 1;
+    let next_seq = next_seq.max(resolver.max_seq + 1);
     let flush_seq = resolver.flush_seq;
     // A delayed flush not yet carried out stays pending. If it came due while
     // the engine was down, opening carries it out and logs that (see
@@ -218,11 +221,15 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     finish_keydir(&keydir, &opened, &touches, flush_seq, &counters);
     let next_id = match opened.last() {
         None => 1,
-        Some(last) => last.id.checked_add(1).ok_or_else(|| Error::Corruption {
-            file: last.path.clone(),
-            offset: 0,
-            reason: format!("segment id {} leaves none for the next segment", last.id),
-        })?,
+        Some(last) => last
+            .id
+            .checked_add(1)
+            .filter(|&next| next != u32::MAX)
+            .ok_or_else(|| Error::Corruption {
+                file: last.path.clone(),
+                offset: 0,
+                reason: format!("segment id {} leaves none for the next segment", last.id),
+            })?,
     };
     let segments = Arc::new(Segments::new(next_id));
     let flush_seq = Arc::new(AtomicU64::new(flush_seq));
@@ -232,7 +239,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         None => {
             let header = SegmentHeader {
                 origin: Origin::Log,
-                id: segments.allocate_id(),
+                id: segments.allocate_id()?,
                 seq_at_creation: next_seq.load(Ordering::SeqCst),
                 flush_seq: flush_seq.load(Ordering::SeqCst),
             };

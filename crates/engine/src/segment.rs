@@ -115,9 +115,10 @@ impl SegmentHeader {
         };
         let seq_at_creation = u64_at(bytes, 16);
         let flush_seq = u64_at(bytes, 24);
-        if seq_at_creation.max(flush_seq) > SEQ_MAX {
+        // seq_at_creation is the next seq to be issued, one past the largest.
+        if seq_at_creation > SEQ_MAX + 1 || flush_seq > SEQ_MAX {
             return Err(corrupt(format!(
-                "segment header seqs {seq_at_creation} and {flush_seq}: above the largest possible, {SEQ_MAX}"
+                "segment header seqs {seq_at_creation} (next) and {flush_seq} (flush): above the largest possible, {SEQ_MAX}"
             )));
         }
         Ok(SegmentHeader {
@@ -253,8 +254,8 @@ mod tests {
             seq_at_creation,
             flush_seq,
         };
-        assert!(SegmentHeader::decode(&header(SEQ_MAX, SEQ_MAX).encode(), path).is_ok());
-        for (at_creation, flush) in [(SEQ_MAX + 1, 0), (1, u64::MAX), (u64::MAX, 1)] {
+        assert!(SegmentHeader::decode(&header(SEQ_MAX + 1, SEQ_MAX).encode(), path).is_ok());
+        for (at_creation, flush) in [(SEQ_MAX + 2, 0), (1, SEQ_MAX + 1), (u64::MAX, 1)] {
             let error = SegmentHeader::decode(&header(at_creation, flush).encode(), path)
                 .expect_err("an impossible seq");
             assert!(error.to_string().contains("largest possible"), "{error}");

@@ -12,7 +12,7 @@ mod common;
 
 use common::{config, contents, keys, open, set, value, wait_until, Stored};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
-use larder_engine::record::{self, Header, Kind};
+use larder_engine::record::{self, Header, Kind, SEQ_MAX};
 use larder_engine::segment::{self, Origin, SegmentHeader};
 use larder_engine::{Clock, Config, Durability, Engine, Error, Expiry, ReadOptions, StoreMode};
 use std::collections::BTreeMap;
@@ -295,6 +295,66 @@ fn a_segment_header_with_an_impossible_seq_fails_open_naming_the_file() {
         }
         Err(other) => panic!("expected a corruption error, got {other}"),
         Ok(_) => panic!("opened a segment whose header claims seq u64::MAX"),
+    }
+}
+
+/// When a directory starts close to the largest seq a file may hold, the
+/// writes past it fail with an error: none is acknowledged and then lost
+/// because the next open refuses its seq. A header claiming more than that
+/// fails the open, naming the file.
+#[test]
+fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
+    for (next, opens) in [(SEQ_MAX, true), (SEQ_MAX + 1, true), (SEQ_MAX + 2, false)] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = config(Durability::Always);
+        let header = SegmentHeader {
+            origin: Origin::Log,
+            id: 1,
+            seq_at_creation: next,
+            flush_seq: 0,
+        };
+        let only = segment_path(1);
+        // Longer than a creation cut short (removed at open): the log's
+        // reserved zeros follow the header.
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&[0; 64]);
+        fs.write_file(&only, &bytes).unwrap();
+        let opened = Engine::open_with(
+            config.clone(),
+            std::sync::Arc::new(fs.clone()),
+            clock.clone(),
+        );
+        let engine = match opened {
+            Ok(engine) => {
+                assert!(opens, "opened with next seq {next}");
+                engine
+            }
+            Err(Error::Corruption { file, reason, .. }) => {
+                assert!(!opens, "next seq {next}: {reason}");
+                assert_eq!(file, only);
+                assert!(reason.contains("largest possible"), "{reason}");
+                continue;
+            }
+            Err(other) => panic!("expected a corruption error, got {other}"),
+        };
+        if next == SEQ_MAX {
+            assert_eq!(set(&engine, b"last", b"fits"), SEQ_MAX);
+        }
+        let refused = engine.store(StoreMode::Set, b"more", b"x", 0, Expiry::Never);
+        let error = refused.expect_err("no seq left for a write");
+        assert!(
+            error.to_string().contains("no sequence number left"),
+            "{error}"
+        );
+        let engine = reopen(engine, &fs, &config, &clock);
+        assert_eq!(value(&engine, b"more"), None);
+        if next == SEQ_MAX {
+            assert_eq!(value(&engine, b"last").unwrap(), b"fits");
+        }
+        assert!(engine
+            .store(StoreMode::Set, b"more", b"x", 0, Expiry::Never)
+            .is_err());
     }
 }
 
