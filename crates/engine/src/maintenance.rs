@@ -218,8 +218,6 @@ fn trim_cache(inner: &Inner) {
         return;
     }
     let target = budget - budget / 10;
-    let active_id = inner.log.active_id();
-    let stable = inner.log.stable_lsn();
     let partitions = inner.keydir.len();
     for _ in 0..partitions * 2 {
         if inner.counters.cached_bytes.load(Ordering::Relaxed) <= target {
@@ -227,6 +225,13 @@ fn trim_cache(inner: &Inner) {
         }
         let index = inner.cache_hand.fetch_add(1, Ordering::Relaxed) % partitions;
         let mut table = inner.keydir.partition_at(index).write();
+        // Read under the partition lock: a put is appended before it is
+        // installed under this lock, so no entry here points past the log's
+        // active segment as it is now. Read before the lock, a rotation in
+        // between would make a new active segment look sealed and written,
+        // and a value not yet in its file would be dropped.
+        let active_id = inner.log.active_id();
+        let stable = inner.log.stable_lsn();
         for entry in table.iter_mut() {
             if !entry.is_cached() {
                 continue;
