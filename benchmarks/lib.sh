@@ -1,8 +1,13 @@
 # Helpers shared by the benchmark scripts (compare.sh, pairs.sh,
-# sustained_writes.sh, sql_experiments.sh). Sourced, never run; the caller
-# defines `log`, `die`, PYTHON and INSTALL before calling them, COMMANDS
-# before `record`, SERVER_THREADS and MEMORY_MB before `server_command`,
-# WORK_DIR before `machine_facts` and REPO before `larder_facts`.
+# sustained_writes.sh, sql_experiments.sh) and the record scripts under
+# results/. Sourced, never run; the caller defines PYTHON and INSTALL before
+# calling them, COMMANDS before `record`, SERVER_THREADS and MEMORY_MB before
+# `server_command`, WORK_DIR before `machine_facts` and REPO before
+# `larder_facts`, and may define its own `log` and `die` (plain ones below
+# otherwise).
+
+declare -F log >/dev/null || log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+declare -F die >/dev/null || die() { log "error: $*"; exit 1; }
 
 # positive NAME VALUE: dies unless VALUE is a positive integer.
 positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, not '$2'"; }
@@ -189,7 +194,8 @@ record_larder() {
         --durability "$durability" >"$RECORD_DIR/server.log" 2>&1 &
     RECORD_PID=$!
     trap 'kill "$RECORD_PID" 2>/dev/null || true; wait "$RECORD_PID" 2>/dev/null || true; rm -rf "$RECORD_DIR"' EXIT
-    sleep 0.5
+    wait_for_port "$port" "$RECORD_PID" \
+        || die "$bin did not start listening on port $port: $(tail -n 3 "$RECORD_DIR/server.log" | tr '\n' ' ')"
     "$loadgen" bench -s "127.0.0.1:$port" -k "$keys" -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null
 }
 

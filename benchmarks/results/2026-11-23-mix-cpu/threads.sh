@@ -12,6 +12,7 @@ RUNS=${2:-6}
 KEYS=${3:-1000000}
 BENCH=${4:-target/release/larder}
 PORT=${PORT:-22183}
+MS_PER_TICK=$((1000 / $(getconf CLK_TCK)))
 # record_larder, thread_ticks, settle, stop_pid; run from the repository root.
 source benchmarks/lib.sh
 for ((run = 1; run <= RUNS; run++)); do
@@ -22,7 +23,7 @@ for ((run = 1; run <= RUNS; run++)); do
         -d 4s --warmup 500ms --seed "$run" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["ops_per_second"]))')
     thread_ticks "$RECORD_PID" >"$RECORD_DIR/after"
     printf 'run %d: %s ops/s; ms of CPU: ' "$run" "$ops"
-    join "$RECORD_DIR/before" "$RECORD_DIR/after" | awk '{ d = ($3 - $2) * 10; if (d > 0) printf "%s %d  ", $1, d }'
+    join "$RECORD_DIR/before" "$RECORD_DIR/after" | awk -v ms="$MS_PER_TICK" '{ d = ($3 - $2) * ms; if (d > 0) printf "%s %d  ", $1, d }'
     echo
     stop_pid "$RECORD_PID" larder
     rm -rf "$RECORD_DIR"
