@@ -74,6 +74,24 @@ fn segment_path(id: u32) -> PathBuf {
     path(&segment::segment_name(id))
 }
 
+/// Opens a directory that must fail with a corruption error; returns the
+/// file, offset and reason it names.
+fn corruption_at_open(fs: &MemFs, config: &Config, clock: &Clock) -> (PathBuf, u64, String) {
+    match Engine::open_with(
+        config.clone(),
+        std::sync::Arc::new(fs.clone()),
+        clock.clone(),
+    ) {
+        Err(Error::Corruption {
+            file,
+            offset,
+            reason,
+        }) => (file, offset, reason),
+        Err(other) => panic!("expected a corruption error, got {other}"),
+        Ok(_) => panic!("opened a damaged directory"),
+    }
+}
+
 #[test]
 fn reopening_after_a_clean_close_restores_every_item_exactly() {
     let fs = MemFs::new();
@@ -288,14 +306,9 @@ fn a_segment_header_with_an_impossible_seq_fails_open_naming_the_file() {
     bytes.extend_from_slice(&[0; 64]);
     fs.write_file(&damaged, &bytes).unwrap();
 
-    match Engine::open_with(config.clone(), std::sync::Arc::new(fs.clone()), clock) {
-        Err(Error::Corruption { file, reason, .. }) => {
-            assert_eq!(file, damaged);
-            assert!(reason.contains("largest possible"), "{reason}");
-        }
-        Err(other) => panic!("expected a corruption error, got {other}"),
-        Ok(_) => panic!("opened a segment whose header claims seq u64::MAX"),
-    }
+    let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, damaged);
+    assert!(reason.contains("largest possible"), "{reason}");
 }
 
 /// When a directory starts close to the largest seq a file may hold, the
@@ -374,14 +387,9 @@ fn a_segment_with_the_largest_id_fails_open_naming_the_file() {
     let last = segment_path(u32::MAX);
     fs.write_file(&last, &header.encode()).unwrap();
 
-    match Engine::open_with(config.clone(), std::sync::Arc::new(fs.clone()), clock) {
-        Err(Error::Corruption { file, reason, .. }) => {
-            assert_eq!(file, last);
-            assert!(reason.contains("none for the next"), "{reason}");
-        }
-        Err(other) => panic!("expected a corruption error, got {other}"),
-        Ok(_) => panic!("opened with no segment id left"),
-    }
+    let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, last);
+    assert!(reason.contains("none for the next"), "{reason}");
 }
 
 #[test]
@@ -399,14 +407,9 @@ fn a_flipped_bit_in_a_sealed_segment_fails_open_naming_file_and_offset() {
     let fourth_record = record_offsets(&fs.read_file(&sealed).unwrap())[3];
     fs.corrupt(&sealed, fourth_record + 17, 0x04).unwrap();
 
-    match Engine::open_with(config.clone(), std::sync::Arc::new(fs.clone()), clock) {
-        Err(Error::Corruption { file, offset, .. }) => {
-            assert_eq!(file, sealed);
-            assert_eq!(offset, fourth_record);
-        }
-        Err(other) => panic!("expected a corruption error, got {other}"),
-        Ok(_) => panic!("opened a directory with a damaged sealed segment"),
-    }
+    let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, sealed);
+    assert_eq!(offset, fourth_record);
 }
 
 #[test]
