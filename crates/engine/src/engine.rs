@@ -62,6 +62,11 @@ pub(crate) struct Inner {
     pub cache_hand: AtomicUsize,
     /// Serialises compaction with itself (and with tests' `compact_now`).
     pub compaction_lock: Mutex<()>,
+    /// One maintenance round at a time (the maintenance thread's and
+    /// `Engine::maintain_now`'s): healing the log and trimming the cache
+    /// must not interleave, or a trim could drop a value whose record heal
+    /// has cut off the old segment but not yet pointed at its copy.
+    pub maintenance_lock: Mutex<()>,
     pub recovery: RecoveryReport,
     pub shutdown: AtomicBool,
     pub closed: AtomicBool,
@@ -273,7 +278,7 @@ impl Inner {
                     .filter(|&after| after <= record::SEQ_MAX + 1)
             })
             .map_err(|next| {
-                Error::TooLarge(format!(
+                Error::Exhausted(format!(
                     "no sequence number left for this write: the next is {next}, the largest {}",
                     record::SEQ_MAX
                 ))

@@ -45,6 +45,10 @@ pub enum Error {
     /// A request exceeds a limit. The message names the limit.
     #[error("{0}")]
     TooLarge(String),
+    /// The engine has used up its sequence numbers or segment ids, which are
+    /// never reused: it takes no more writes. Reads keep working.
+    #[error("{0}")]
+    Exhausted(String),
     /// The engine has been closed.
     #[error("the engine is closed")]
     Closed,

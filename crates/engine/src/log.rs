@@ -136,16 +136,17 @@ impl Segments {
         self.map.read().values().cloned().collect()
     }
 
-    /// Allocates a fresh segment id; fails once every id is used (ids are
-    /// never reused, and `u32::MAX` is never handed out, so that recovery
-    /// can always name the next one).
+    /// Allocates a fresh segment id; fails once every id is used. Ids are
+    /// never reused, and none is handed out whose successor would be
+    /// `u32::MAX` (so the last is `u32::MAX - 2`): recovery takes the id
+    /// after the newest segment's as the next, and refuses `u32::MAX`.
     pub fn allocate_id(&self) -> Result<u32> {
         self.next_id
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
                 id.checked_add(1).filter(|&next| next != u32::MAX)
             })
             .map_err(|id| {
-                Error::TooLarge(format!(
+                Error::Exhausted(format!(
                     "no segment id left (ids are never reused; the next would be {id})"
                 ))
             })

@@ -29,6 +29,7 @@ pub fn maintenance_loop(inner: &Inner) {
 
 /// One round of all maintenance work.
 pub fn maintain_once(inner: &Inner) {
+    let _guard = inner.maintenance_lock.lock();
     heal_log(inner);
     activate_due_flush(inner);
     sweep_flushed(inner);

@@ -292,6 +292,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         expiry_hand: AtomicUsize::new(0),
         cache_hand: AtomicUsize::new(0),
         compaction_lock: Mutex::new(()),
+        maintenance_lock: Mutex::new(()),
         recovery: report,
         shutdown: AtomicBool::new(false),
         closed: AtomicBool::new(false),

@@ -14,7 +14,9 @@ use common::{config, contents, keys, open, set, value, wait_until, Stored};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
 use larder_engine::record::{self, Header, Kind, SEQ_MAX};
 use larder_engine::segment::{self, Origin, SegmentHeader};
-use larder_engine::{Clock, Config, Durability, Engine, Error, Expiry, ReadOptions, StoreMode};
+use larder_engine::{
+    BatchOp, Clock, Config, Durability, Engine, Error, Expiry, ReadOptions, StoreMode,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -352,16 +354,27 @@ fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
             Err(other) => panic!("expected a corruption error, got {other}"),
         };
         if next == SEQ_MAX {
+            // A batch of two needs one seq more than is left: none is issued.
+            let two = [("a", "1"), ("b", "2")].map(|(key, value)| BatchOp::Set {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+                flags: 0,
+                expiry: Expiry::Never,
+            });
+            let error = engine.batch(&two).expect_err("a batch past the last seq");
+            assert!(matches!(error, Error::Exhausted(_)), "{error}");
             assert_eq!(set(&engine, b"last", b"fits"), SEQ_MAX);
         }
         let refused = engine.store(StoreMode::Set, b"more", b"x", 0, Expiry::Never);
         let error = refused.expect_err("no seq left for a write");
+        assert!(matches!(error, Error::Exhausted(_)), "{error}");
         assert!(
             error.to_string().contains("no sequence number left"),
             "{error}"
         );
         let engine = reopen(engine, &fs, &config, &clock);
         assert_eq!(value(&engine, b"more"), None);
+        assert_eq!(value(&engine, b"a"), None);
         if next == SEQ_MAX {
             assert_eq!(value(&engine, b"last").unwrap(), b"fits");
         }
@@ -375,21 +388,23 @@ fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
 /// the open fails naming it, instead of handing out ids from 0 again.
 #[test]
 fn a_segment_with_the_largest_id_fails_open_naming_the_file() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let header = SegmentHeader {
-        origin: Origin::Log,
-        id: u32::MAX,
-        seq_at_creation: 1,
-        flush_seq: 0,
-    };
-    let last = segment_path(u32::MAX);
-    fs.write_file(&last, &header.encode()).unwrap();
+    for id in [u32::MAX - 1, u32::MAX] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = config(Durability::Always);
+        let header = SegmentHeader {
+            origin: Origin::Log,
+            id,
+            seq_at_creation: 1,
+            flush_seq: 0,
+        };
+        let last = segment_path(id);
+        fs.write_file(&last, &header.encode()).unwrap();
 
-    let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
-    assert_eq!(file, last);
-    assert!(reason.contains("none for the next"), "{reason}");
+        let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
+        assert_eq!(file, last);
+        assert!(reason.contains("none for the next"), "{reason}");
+    }
 }
 
 #[test]
