@@ -67,6 +67,10 @@ pub(crate) struct Inner {
     /// must not interleave, or a trim could drop a value whose record heal
     /// has cut off the old segment but not yet pointed at its copy.
     pub maintenance_lock: Mutex<()>,
+    /// Held while a due delayed flush is carried out: until its record is
+    /// logged and the flush generation raised, other operations wait here
+    /// instead of reading items it hides.
+    pub flush_activation: Mutex<()>,
     pub recovery: RecoveryReport,
     pub shutdown: AtomicBool,
     pub closed: AtomicBool,

@@ -40,16 +40,16 @@ pub fn maintain_once(inner: &Inner) {
 /// Carries out a delayed `flush_all` whose time has come: logs an immediate
 /// flush record and raises the flush generation.
 pub(crate) fn activate_due_flush(inner: &Inner) {
-    let deadline = inner.flush_deadline.load(Ordering::Acquire);
-    if deadline == 0 || deadline > inner.clock.now() {
+    let due = |deadline: u32| deadline != 0 && deadline <= inner.clock.now();
+    if !due(inner.flush_deadline.load(Ordering::Acquire)) {
         return;
     }
-    if inner
-        .flush_deadline
-        .compare_exchange(deadline, 0, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return;
+    // The deadline stays set until the flush is in force, so that every
+    // other operation meanwhile waits here rather than reading what it hides.
+    let _guard = inner.flush_activation.lock();
+    let deadline = inner.flush_deadline.load(Ordering::Acquire);
+    if !due(deadline) {
+        return; // carried out by another thread while this one waited
     }
     let logged = inner.issue_seqs(1).and_then(|seq| {
         let header = Header::flush(seq, 0);
@@ -63,10 +63,16 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
     match logged {
         Ok(seq) => {
             inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+            // A `flush_all` since may have set a deadline of its own: keep it.
+            let _ = inner.flush_deadline.compare_exchange(
+                deadline,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
         Err(error) => {
             tracing::error!(%error, "recording a delayed flush_all; retrying");
-            inner.flush_deadline.store(deadline, Ordering::Release);
         }
     }
 }

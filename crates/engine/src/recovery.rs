@@ -293,6 +293,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         cache_hand: AtomicUsize::new(0),
         compaction_lock: Mutex::new(()),
         maintenance_lock: Mutex::new(()),
+        flush_activation: Mutex::new(()),
         recovery: report,
         shutdown: AtomicBool::new(false),
         closed: AtomicBool::new(false),

@@ -680,6 +680,38 @@ fn a_delayed_flush_hides_items_as_soon_as_it_is_due() {
     assert_eq!(value(&engine, b"after").unwrap(), b"v");
 }
 
+/// Readers racing the thread that carries out a due flush wait for it:
+/// none sees an item the flush hides, however they interleave.
+#[test]
+fn no_reader_sees_a_flushed_item_while_another_carries_the_flush_out() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::None);
+    let engine = std::sync::Arc::new(open(&fs, &config, &clock));
+    let readers = 4;
+    for round in 0..300 {
+        set(&engine, b"k", format!("{round}").as_bytes());
+        engine.commit(engine.flush_all(1).unwrap()).unwrap();
+        clock.advance(1);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(readers));
+        let seen: Vec<_> = (0..readers)
+            .map(|_| {
+                let (engine, start) = (
+                    std::sync::Arc::clone(&engine),
+                    std::sync::Arc::clone(&start),
+                );
+                std::thread::spawn(move || {
+                    start.wait();
+                    value(&engine, b"k")
+                })
+            })
+            .collect();
+        for reader in seen {
+            assert_eq!(reader.join().unwrap(), None, "round {round}");
+        }
+    }
+}
+
 #[test]
 fn a_due_delayed_flush_survives_compaction_of_its_segment_and_reopen() {
     // Regression: compaction dropped a delayed flush record once its
