@@ -466,6 +466,7 @@ impl Inner {
             expiry_walks: load(&counters.expiry_walks),
             cache_evictions: load(&counters.cache_evictions),
             next_cas: self.next_seq.load(Ordering::Relaxed),
+            flush_deadline: self.flush_deadline.load(Ordering::Acquire),
             recovery: self.recovery.clone(),
         }
     }

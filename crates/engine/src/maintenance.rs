@@ -40,15 +40,25 @@ pub fn maintain_once(inner: &Inner) {
 /// Carries out a delayed `flush_all` whose time has come: logs an immediate
 /// flush record and raises the flush generation.
 pub(crate) fn activate_due_flush(inner: &Inner) {
-    let due = |deadline: u32| deadline != 0 && deadline <= inner.clock.now();
-    if !due(inner.flush_deadline.load(Ordering::Acquire)) {
+    if !flush_due(inner, inner.flush_deadline.load(Ordering::Acquire)) {
         return;
     }
     // The deadline stays set until the flush is in force, so that every
     // other operation meanwhile waits here rather than reading what it hides.
     let _guard = inner.flush_activation.lock();
+    activate_due_flush_locked(inner);
+}
+
+fn flush_due(inner: &Inner, deadline: u32) -> bool {
+    deadline != 0 && deadline <= inner.clock.now()
+}
+
+/// [`activate_due_flush`] for a caller holding `Inner::flush_activation`
+/// (also `flush_all`, which runs under it so that flushes are logged and
+/// take effect in seq order).
+pub(crate) fn activate_due_flush_locked(inner: &Inner) {
     let deadline = inner.flush_deadline.load(Ordering::Acquire);
-    if !due(deadline) {
+    if !flush_due(inner, deadline) {
         return; // carried out by another thread while this one waited
     }
     let logged = inner.issue_seqs(1).and_then(|seq| {
@@ -63,13 +73,7 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
     match logged {
         Ok(seq) => {
             inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
-            // A `flush_all` since may have set a deadline of its own: keep it.
-            let _ = inner.flush_deadline.compare_exchange(
-                deadline,
-                0,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            inner.flush_deadline.store(0, Ordering::Release);
         }
         Err(error) => {
             tracing::error!(%error, "recording a delayed flush_all; retrying");

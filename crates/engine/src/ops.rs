@@ -489,8 +489,13 @@ impl Engine {
     pub fn flush_all(&self, delay_secs: u32) -> Result<Ticket> {
         let inner = &*self.inner;
         inner.log.check_writable()?;
-        // A due delayed flush happens before this one replaces its deadline.
-        let now = inner.now();
+        // One flush at a time, so that the deadline in memory is always the
+        // one of the flush record with the largest seq, as recovery and
+        // compaction find it; a due delayed flush is carried out first,
+        // before this one replaces its deadline.
+        let _guard = inner.flush_activation.lock();
+        crate::maintenance::activate_due_flush_locked(inner);
+        let now = inner.clock.now();
         let seq = inner.issue_seqs(1)?;
         let deadline = if delay_secs == 0 {
             0

@@ -163,6 +163,9 @@ pub struct Stats {
     pub cache_evictions: u64,
     /// The next CAS unique to be handed out.
     pub next_cas: u64,
+    /// The unix second a delayed `flush_all` takes effect; 0 when none is
+    /// pending.
+    pub flush_deadline: u32,
     /// What opening found.
     pub recovery: RecoveryReport,
 }

@@ -712,6 +712,53 @@ fn no_reader_sees_a_flushed_item_while_another_carries_the_flush_out() {
     }
 }
 
+/// A `flush_all` racing a due delayed flush being carried out, and another
+/// `flush_all`: whatever the order, the flush left pending in memory is the
+/// one recovery finds in the log.
+#[test]
+fn racing_flushes_leave_the_pending_one_that_recovery_finds() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::None);
+    let mut engine = open(&fs, &config, &clock);
+    for round in 0..100u32 {
+        engine.commit(engine.flush_all(1).unwrap()).unwrap();
+        let shared = std::sync::Arc::new(engine);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let racers: Vec<_> = (0..3u32)
+            .map(|racer| {
+                let (engine, start) = (
+                    std::sync::Arc::clone(&shared),
+                    std::sync::Arc::clone(&start),
+                );
+                std::thread::spawn(move || {
+                    start.wait();
+                    match racer {
+                        0 => drop(value(&engine, b"k")),
+                        _ => engine
+                            .commit(engine.flush_all(100 + racer + round % 7).unwrap())
+                            .unwrap(),
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        clock.advance(1);
+        for racer in racers {
+            racer.join().unwrap();
+        }
+        engine = std::sync::Arc::into_inner(shared).unwrap();
+        let in_memory = engine.stats().flush_deadline;
+        assert_ne!(in_memory, 0, "round {round}: a delayed flush is pending");
+        engine = reopen(engine, &fs, &config, &clock);
+        assert_eq!(engine.stats().flush_deadline, in_memory, "round {round}");
+        // Carry it out so the next round starts from no pending flush.
+        clock.advance(200);
+        assert_eq!(value(&engine, b"k"), None);
+        assert_eq!(engine.stats().flush_deadline, 0, "round {round}");
+    }
+}
+
 #[test]
 fn a_due_delayed_flush_survives_compaction_of_its_segment_and_reopen() {
     // Regression: compaction dropped a delayed flush record once its
