@@ -274,7 +274,8 @@ impl Engine {
     /// [`Engine::commit`] of the returned ticket returns.
     ///
     /// Errors: [`Error::TooLarge`] for an empty or over-long key or a value
-    /// over 4 GiB; [`Error::WritesFailing`] while the log refuses writes.
+    /// over 4 GiB; [`Error::WritesFailing`] while the log refuses writes;
+    /// [`Error::Exhausted`] once sequence numbers or segment ids run out.
     pub fn store(
         &self,
         mode: StoreMode,
