@@ -229,7 +229,7 @@ pub fn decode(bytes: &[u8], path: &Path) -> Result<Hint> {
     let segment_len = u64_at(header, 16);
     let count = u64_at(header, 24);
     let entries = match version {
-        1 => decode_v1_entries(bytes, &corrupt)?,
+        1 => decode_v1_entries(bytes, segment_len, &corrupt)?,
         2 => {
             let stored = u32_at(header, 36);
             let entry_bytes = bytes.get(HEADER_BYTES..).unwrap_or_default();
@@ -320,22 +320,14 @@ fn decode_v2_entries(
             exptime,
             seq,
         };
-        let end = offset + header.record_len();
-        if end > segment_len || offset > u64::from(u32::MAX) {
-            return Err(corrupt(
-                start,
-                format!(
-                    "hint entry for a record at {offset} past the segment's {segment_len} bytes"
-                ),
-            ));
-        }
+        within_segment(offset, &header, segment_len, start, corrupt)?;
         entries.push(HintEntry {
             header,
             offset: offset as u32,
             key: key.to_vec(),
             target_seq,
         });
-        next_offset = end;
+        next_offset = offset + header.record_len();
         previous_seq = seq;
     }
     Ok(entries)
@@ -344,6 +336,7 @@ fn decode_v2_entries(
 /// Decodes version 1 entries (`bytes` is the whole file).
 fn decode_v1_entries(
     bytes: &[u8],
+    segment_len: u64,
     corrupt: &dyn Fn(usize, String) -> Error,
 ) -> Result<Vec<HintEntry>> {
     let mut entries = Vec::new();
@@ -373,18 +366,21 @@ fn decode_v1_entries(
         if seq > SEQ_MAX {
             return Err(corrupt(at, format!("hint entry seq {seq} above {SEQ_MAX}")));
         }
+        let header = Header {
+            kind,
+            batch_continues: false,
+            stale: whole.get(5).copied().unwrap_or_default() & 2 != 0,
+            key_len: key_len as u16,
+            value_len: u32_at(whole, 12),
+            flags: u32_at(whole, 16),
+            exptime: u32_at(whole, 20),
+            seq,
+        };
+        let offset = u32_at(whole, 8);
+        within_segment(u64::from(offset), &header, segment_len, at, corrupt)?;
         entries.push(HintEntry {
-            header: Header {
-                kind,
-                batch_continues: false,
-                stale: whole.get(5).copied().unwrap_or_default() & 2 != 0,
-                key_len: key_len as u16,
-                value_len: u32_at(whole, 12),
-                flags: u32_at(whole, 16),
-                exptime: u32_at(whole, 20),
-                seq,
-            },
-            offset: u32_at(whole, 8),
+            header,
+            offset,
             key: whole
                 .get(V1_ENTRY_HEADER_BYTES..)
                 .unwrap_or_default()
@@ -394,6 +390,24 @@ fn decode_v1_entries(
         at += V1_ENTRY_HEADER_BYTES + key_len;
     }
     Ok(entries)
+}
+
+/// Fails unless the record an entry describes lies within the segment (and
+/// at an offset a `u32` holds).
+fn within_segment(
+    offset: u64,
+    header: &Header,
+    segment_len: u64,
+    at: usize,
+    corrupt: &dyn Fn(usize, String) -> Error,
+) -> Result<()> {
+    if offset + header.record_len() > segment_len || offset > u64::from(u32::MAX) {
+        return Err(corrupt(
+            at,
+            format!("hint entry for a record at {offset} past the segment's {segment_len} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 fn zigzag(value: u64) -> u64 {
@@ -574,9 +588,10 @@ mod tests {
 
     #[test]
     fn an_entry_past_the_segment_end_is_rejected() {
-        let bytes = write(&sample(), 9, 300);
-        let error = decode(&bytes, Path::new("h")).unwrap_err();
-        assert!(error.to_string().contains("past the segment"), "{error}");
+        for bytes in [write(&sample(), 9, 300), v1_file(&sample(), 9, 300)] {
+            let error = decode(&bytes, Path::new("h")).unwrap_err();
+            assert!(error.to_string().contains("past the segment"), "{error}");
+        }
     }
 
     /// A version 1 file, as the previous format wrote it.
