@@ -5,6 +5,7 @@
 //! most for one partition's walk.
 
 use crate::engine::Inner;
+use crate::error::Result;
 use crate::keydir::{Table, BIT_REFERENCED};
 use crate::log::lsn;
 use crate::record::Header;
@@ -46,7 +47,9 @@ pub(crate) fn activate_due_flush(inner: &Inner) {
     // The deadline stays set until the flush is in force, so that every
     // other operation meanwhile waits here rather than reading what it hides.
     let _guard = inner.flush_activation.lock();
-    activate_due_flush_locked(inner);
+    if let Err(error) = activate_due_flush_locked(inner) {
+        tracing::error!(%error, "recording a delayed flush_all; retrying");
+    }
 }
 
 fn flush_due(inner: &Inner, deadline: u32) -> bool {
@@ -55,30 +58,22 @@ fn flush_due(inner: &Inner, deadline: u32) -> bool {
 
 /// [`activate_due_flush`] for a caller holding `Inner::flush_activation`
 /// (also `flush_all`, which runs under it so that flushes are logged and
-/// take effect in seq order).
-pub(crate) fn activate_due_flush_locked(inner: &Inner) {
+/// take effect in seq order). On failure the flush stays due.
+pub(crate) fn activate_due_flush_locked(inner: &Inner) -> Result<()> {
     let deadline = inner.flush_deadline.load(Ordering::Acquire);
     if !flush_due(inner, deadline) {
-        return; // carried out by another thread while this one waited
+        return Ok(()); // carried out by another thread while this one waited
     }
-    let logged = inner.issue_seqs(1).and_then(|seq| {
-        let header = Header::flush(seq, 0);
-        inner
-            .log
-            .append(header.record_len(), |buf| {
-                crate::record::encode(buf, &header, &[], &[])
-            })
-            .map(|_| seq)
-    });
-    match logged {
-        Ok(seq) => {
-            inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
-            inner.flush_deadline.store(0, Ordering::Release);
-        }
-        Err(error) => {
-            tracing::error!(%error, "recording a delayed flush_all; retrying");
-        }
-    }
+    let seq = inner.issue_seqs(1)?;
+    let header = Header::flush(seq, 0);
+    // Not waited for: every write acknowledged after it makes the log
+    // durable past it.
+    let _appended = inner.log.append(header.record_len(), |buf| {
+        crate::record::encode(buf, &header, &[], &[])
+    })?;
+    inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+    inner.flush_deadline.store(0, Ordering::Release);
+    Ok(())
 }
 
 /// After a failed sync, tries to resume writes (see [`crate::log::Log::heal`]):

@@ -495,7 +495,9 @@ impl Engine {
         // compaction find it; a due delayed flush is carried out first,
         // before this one replaces its deadline.
         let _guard = inner.flush_activation.lock();
-        crate::maintenance::activate_due_flush_locked(inner);
+        // If the due one cannot be logged, neither can this one: fail rather
+        // than replace a deadline whose flush never took effect.
+        crate::maintenance::activate_due_flush_locked(inner)?;
         let now = inner.clock.now();
         let seq = inner.issue_seqs(1)?;
         let deadline = if delay_secs == 0 {

@@ -722,6 +722,7 @@ fn racing_flushes_leave_the_pending_one_that_recovery_finds() {
     let config = config(Durability::None);
     let mut engine = open(&fs, &config, &clock);
     for round in 0..100u32 {
+        set(&engine, b"k", b"v");
         engine.commit(engine.flush_all(1).unwrap()).unwrap();
         let shared = std::sync::Arc::new(engine);
         let start = std::sync::Arc::new(std::sync::Barrier::new(4));
