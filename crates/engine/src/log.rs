@@ -136,14 +136,12 @@ impl Segments {
         self.map.read().values().cloned().collect()
     }
 
-    /// Allocates a fresh segment id; fails once every id is used. Ids are
-    /// never reused, and none is handed out whose successor would be
-    /// `u32::MAX` (so the last is `u32::MAX - 2`): recovery takes the id
-    /// after the newest segment's as the next, and refuses `u32::MAX`.
+    /// Allocates a fresh segment id; fails once every id up to
+    /// [`segment::ID_MAX`] is used (ids are never reused).
     pub fn allocate_id(&self) -> Result<u32> {
         self.next_id
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| {
-                id.checked_add(1).filter(|&next| next != u32::MAX)
+                (id <= segment::ID_MAX).then(|| id + 1)
             })
             .map_err(|id| {
                 Error::Exhausted(format!(
@@ -1136,9 +1134,9 @@ mod tests {
 
     #[test]
     fn segment_ids_run_out_with_an_error_instead_of_wrapping() {
-        let segments = Segments::new(u32::MAX - 3);
-        assert_eq!(segments.allocate_id().unwrap(), u32::MAX - 3);
-        assert_eq!(segments.allocate_id().unwrap(), u32::MAX - 2);
+        let segments = Segments::new(segment::ID_MAX - 1);
+        assert_eq!(segments.allocate_id().unwrap(), segment::ID_MAX - 1);
+        assert_eq!(segments.allocate_id().unwrap(), segment::ID_MAX);
         for _ in 0..2 {
             let error = segments.allocate_id().unwrap_err();
             assert!(error.to_string().contains("no segment id left"), "{error}");

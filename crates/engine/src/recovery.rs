@@ -221,15 +221,18 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     finish_keydir(&keydir, &opened, &touches, flush_seq, &counters);
     let next_id = match opened.last() {
         None => 1,
-        Some(last) => last
-            .id
-            .checked_add(1)
-            .filter(|&next| next != u32::MAX)
-            .ok_or_else(|| Error::Corruption {
+        Some(last) if last.id > segment::ID_MAX => {
+            return Err(Error::Corruption {
                 file: last.path.clone(),
                 offset: 0,
-                reason: format!("segment id {} leaves none for the next segment", last.id),
-            })?,
+                reason: format!(
+                    "segment id {} is above the largest, {}",
+                    last.id,
+                    segment::ID_MAX
+                ),
+            })
+        }
+        Some(last) => last.id + 1,
     };
     let segments = Arc::new(Segments::new(next_id));
     let flush_seq = Arc::new(AtomicU64::new(flush_seq));

@@ -32,6 +32,9 @@ use std::sync::Arc;
 
 /// Size of the segment header; the first record starts here.
 pub const HEADER_BYTES: u32 = 40;
+/// The largest segment id. Ids are never reused; recovery starts the next id
+/// one past the newest segment's, which this leaves room for in a `u32`.
+pub const ID_MAX: u32 = u32::MAX - 1;
 const MAGIC: &[u8; 8] = b"LARDSEG1";
 const VERSION: u16 = 1;
 

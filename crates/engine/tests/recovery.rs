@@ -76,6 +76,17 @@ fn segment_path(id: u32) -> PathBuf {
     path(&segment::segment_name(id))
 }
 
+/// Writes segment `header.id` holding only its header and the log's reserved
+/// zeros (longer than a creation cut short, which open removes); returns
+/// its path.
+fn header_only_segment(fs: &MemFs, header: SegmentHeader) -> PathBuf {
+    let path = segment_path(header.id);
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(&[0; 64]);
+    fs.write_file(&path, &bytes).unwrap();
+    path
+}
+
 /// Opens a directory that must fail with a corruption error; returns the
 /// file, offset and reason it names.
 fn corruption_at_open(fs: &MemFs, config: &Config, clock: &Clock) -> (PathBuf, u64, String) {
@@ -286,73 +297,25 @@ fn a_record_with_an_impossible_seq_is_cut_off_the_active_segment() {
     assert_eq!(value(&engine, b"after").unwrap(), b"the cut");
 }
 
-/// A segment header claiming a seq no engine could have issued fails the
-/// open with an error naming the file, instead of overflowing the next seq.
-#[test]
-fn a_segment_header_with_an_impossible_seq_fails_open_naming_the_file() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = config(Durability::Always);
-    let engine = open(&fs, &config, &clock);
-    set(&engine, b"first", b"kept");
-    engine.close().unwrap();
-    let id = segment_ids(&fs).last().unwrap() + 1;
-    let header = SegmentHeader {
-        origin: Origin::Log,
-        id,
-        seq_at_creation: u64::MAX,
-        flush_seq: 0,
-    };
-    let damaged = segment_path(id);
-    let mut bytes = header.encode().to_vec();
-    bytes.extend_from_slice(&[0; 64]);
-    fs.write_file(&damaged, &bytes).unwrap();
-
-    let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
-    assert_eq!(file, damaged);
-    assert!(reason.contains("largest possible"), "{reason}");
-}
-
 /// When a directory starts close to the largest seq a file may hold, the
 /// writes past it fail with an error: none is acknowledged and then lost
 /// because the next open refuses its seq. A header claiming more than that
 /// fails the open, naming the file.
 #[test]
 fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
-    for (next, opens) in [(SEQ_MAX, true), (SEQ_MAX + 1, true), (SEQ_MAX + 2, false)] {
+    let config = config(Durability::Always);
+    for next in [SEQ_MAX + 2, u64::MAX] {
+        let fs = MemFs::new();
+        let only = header_only_segment(&fs, log_header(1, next));
+        let (file, _, reason) = corruption_at_open(&fs, &config, &Clock::system());
+        assert_eq!(file, only);
+        assert!(reason.contains("largest possible"), "{reason}");
+    }
+    for next in [SEQ_MAX, SEQ_MAX + 1] {
         let fs = MemFs::new();
         let clock = Clock::system();
-        let config = config(Durability::Always);
-        let header = SegmentHeader {
-            origin: Origin::Log,
-            id: 1,
-            seq_at_creation: next,
-            flush_seq: 0,
-        };
-        let only = segment_path(1);
-        // Longer than a creation cut short (removed at open): the log's
-        // reserved zeros follow the header.
-        let mut bytes = header.encode().to_vec();
-        bytes.extend_from_slice(&[0; 64]);
-        fs.write_file(&only, &bytes).unwrap();
-        let opened = Engine::open_with(
-            config.clone(),
-            std::sync::Arc::new(fs.clone()),
-            clock.clone(),
-        );
-        let engine = match opened {
-            Ok(engine) => {
-                assert!(opens, "opened with next seq {next}");
-                engine
-            }
-            Err(Error::Corruption { file, reason, .. }) => {
-                assert!(!opens, "next seq {next}: {reason}");
-                assert_eq!(file, only);
-                assert!(reason.contains("largest possible"), "{reason}");
-                continue;
-            }
-            Err(other) => panic!("expected a corruption error, got {other}"),
-        };
+        header_only_segment(&fs, log_header(1, next));
+        let engine = open(&fs, &config, &clock);
         if next == SEQ_MAX {
             // A batch of two needs one seq more than is left: none is issued.
             let two = [("a", "1"), ("b", "2")].map(|(key, value)| BatchOp::Set {
@@ -384,26 +347,53 @@ fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
     }
 }
 
-/// A segment named with the largest id leaves none for the next segment:
-/// the open fails naming it, instead of handing out ids from 0 again.
-#[test]
-fn a_segment_with_the_largest_id_fails_open_naming_the_file() {
-    for id in [u32::MAX - 1, u32::MAX] {
-        let fs = MemFs::new();
-        let clock = Clock::system();
-        let config = config(Durability::Always);
-        let header = SegmentHeader {
-            origin: Origin::Log,
-            id,
-            seq_at_creation: 1,
-            flush_seq: 0,
-        };
-        let last = segment_path(id);
-        fs.write_file(&last, &header.encode()).unwrap();
+/// The header of log segment `id` whose next seq to issue is `next_seq`.
+fn log_header(id: u32, next_seq: u64) -> SegmentHeader {
+    SegmentHeader {
+        origin: Origin::Log,
+        id,
+        seq_at_creation: next_seq,
+        flush_seq: 0,
+    }
+}
 
-        let (file, _, reason) = corruption_at_open(&fs, &config, &clock);
-        assert_eq!(file, last);
-        assert!(reason.contains("none for the next"), "{reason}");
+/// Segment ids stop at `segment::ID_MAX`: from a directory whose newest
+/// segment has it, writes go on until the log needs a new segment, then
+/// fail with an error while what was written stays; a segment named above
+/// it fails the open, naming the file.
+#[test]
+fn segment_ids_run_out_with_an_error_and_never_wrap() {
+    let fs = MemFs::new();
+    let above = header_only_segment(&fs, log_header(u32::MAX, 1));
+    let (file, _, reason) = corruption_at_open(&fs, &config(Durability::Always), &Clock::system());
+    assert_eq!(file, above);
+    assert!(reason.contains("above the largest"), "{reason}");
+
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    header_only_segment(&fs, log_header(segment::ID_MAX, 1));
+    let engine = open(&fs, &config, &clock);
+    let mut stored = 0;
+    let error = loop {
+        let key = format!("k{stored}");
+        match engine.store(
+            StoreMode::Set,
+            key.as_bytes(),
+            &[b'v'; 100],
+            0,
+            Expiry::Never,
+        ) {
+            Ok((_, ticket)) => engine.commit(ticket).unwrap(),
+            Err(error) => break error,
+        }
+        stored += 1;
+        assert!(stored < 1000, "the log never needed a new segment");
+    };
+    assert!(matches!(error, Error::Exhausted(_)), "{error}");
+    assert!(stored > 0);
+    for i in 0..stored {
+        assert!(value(&engine, format!("k{i}").as_bytes()).is_some(), "k{i}");
     }
 }
 
