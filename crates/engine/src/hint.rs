@@ -297,9 +297,6 @@ fn decode_v2_entries(
         let exptime = optional(BIT_EXPTIME, "exptime")?;
         let seq_delta = reader.varint_max(u64::MAX).ok_or_else(|| bad("seq"))?;
         let seq = previous_seq.wrapping_add(unzigzag(seq_delta));
-        if seq > SEQ_MAX {
-            return Err(bad("seq"));
-        }
         let target_seq = if kind == Kind::Touch {
             reader
                 .varint_max(u64::MAX)
@@ -320,7 +317,7 @@ fn decode_v2_entries(
             exptime,
             seq,
         };
-        within_segment(offset, &header, segment_len, start, corrupt)?;
+        check_entry(offset, &header, segment_len, start, corrupt)?;
         entries.push(HintEntry {
             header,
             offset: offset as u32,
@@ -362,10 +359,6 @@ fn decode_v1_entries(
             .get(4)
             .and_then(|&byte| Kind::from_byte(byte))
             .ok_or_else(|| corrupt(at, format!("unknown kind {:?} in hint", whole.get(4))))?;
-        let seq = u64_at(whole, 24);
-        if seq > SEQ_MAX {
-            return Err(corrupt(at, format!("hint entry seq {seq} above {SEQ_MAX}")));
-        }
         let header = Header {
             kind,
             batch_continues: false,
@@ -374,10 +367,10 @@ fn decode_v1_entries(
             value_len: u32_at(whole, 12),
             flags: u32_at(whole, 16),
             exptime: u32_at(whole, 20),
-            seq,
+            seq: u64_at(whole, 24),
         };
         let offset = u32_at(whole, 8);
-        within_segment(u64::from(offset), &header, segment_len, at, corrupt)?;
+        check_entry(u64::from(offset), &header, segment_len, at, corrupt)?;
         entries.push(HintEntry {
             header,
             offset,
@@ -392,15 +385,21 @@ fn decode_v1_entries(
     Ok(entries)
 }
 
-/// Fails unless the record an entry describes lies within the segment (and
-/// at an offset a `u32` holds).
-fn within_segment(
+/// The checks every entry passes, in either format: a seq a file may hold,
+/// and a record within the segment (at an offset a `u32` holds).
+fn check_entry(
     offset: u64,
     header: &Header,
     segment_len: u64,
     at: usize,
     corrupt: &dyn Fn(usize, String) -> Error,
 ) -> Result<()> {
+    if header.seq > SEQ_MAX {
+        return Err(corrupt(
+            at,
+            format!("hint entry with seq {} above {SEQ_MAX}", header.seq),
+        ));
+    }
     if offset + header.record_len() > segment_len || offset > u64::from(u32::MAX) {
         return Err(corrupt(
             at,
@@ -647,10 +646,10 @@ mod tests {
         assert!(decode(&v1_file(&entries, 9, 400), Path::new("h")).is_ok());
         for seq in [SEQ_MAX + 1, u64::MAX] {
             entries[1].header.seq = seq;
-            let error = decode(&write(&entries, 9, 400), Path::new("h")).unwrap_err();
-            assert!(error.to_string().contains("bad seq"), "{error}");
-            let error = decode(&v1_file(&entries, 9, 400), Path::new("h")).unwrap_err();
-            assert!(error.to_string().contains("seq"), "{error}");
+            for bytes in [write(&entries, 9, 400), v1_file(&entries, 9, 400)] {
+                let error = decode(&bytes, Path::new("h")).unwrap_err();
+                assert!(error.to_string().contains("above"), "{error}");
+            }
         }
     }
 
