@@ -295,10 +295,7 @@ impl Inner {
     /// Call it before taking any partition lock (it may append to the log).
     pub fn now(&self) -> u32 {
         let now = self.clock.now();
-        let deadline = self.flush_deadline.load(Ordering::Acquire);
-        if deadline != 0 && deadline <= now {
-            crate::maintenance::activate_due_flush(self);
-        }
+        crate::maintenance::activate_due_flush(self, now);
         now
     }
 

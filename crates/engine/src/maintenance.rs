@@ -32,36 +32,37 @@ pub fn maintenance_loop(inner: &Inner) {
 pub fn maintain_once(inner: &Inner) {
     let _guard = inner.maintenance_lock.lock();
     heal_log(inner);
-    activate_due_flush(inner);
+    activate_due_flush(inner, inner.clock.now());
     sweep_flushed(inner);
     sweep_expired(inner);
     trim_cache(inner);
 }
 
-/// Carries out a delayed `flush_all` whose time has come: logs an immediate
-/// flush record and raises the flush generation.
-pub(crate) fn activate_due_flush(inner: &Inner) {
-    if !flush_due(inner, inner.flush_deadline.load(Ordering::Acquire)) {
+/// Carries out a delayed `flush_all` that has come due by `now`: logs an
+/// immediate flush record and raises the flush generation.
+pub(crate) fn activate_due_flush(inner: &Inner, now: u32) {
+    if !flush_due(inner, now) {
         return;
     }
     // The deadline stays set until the flush is in force, so that every
     // other operation meanwhile waits here rather than reading what it hides.
     let _guard = inner.flush_activation.lock();
-    if let Err(error) = activate_due_flush_locked(inner) {
+    if let Err(error) = activate_due_flush_locked(inner, now) {
         tracing::error!(%error, "recording a delayed flush_all; retrying");
     }
 }
 
-fn flush_due(inner: &Inner, deadline: u32) -> bool {
-    deadline != 0 && deadline <= inner.clock.now()
+/// A delayed flush is pending and due by `now`.
+fn flush_due(inner: &Inner, now: u32) -> bool {
+    let deadline = inner.flush_deadline.load(Ordering::Acquire);
+    deadline != 0 && deadline <= now
 }
 
 /// [`activate_due_flush`] for a caller holding `Inner::flush_activation`
 /// (also `flush_all`, which runs under it so that flushes are logged and
 /// take effect in seq order). On failure the flush stays due.
-pub(crate) fn activate_due_flush_locked(inner: &Inner) -> Result<()> {
-    let deadline = inner.flush_deadline.load(Ordering::Acquire);
-    if !flush_due(inner, deadline) {
+pub(crate) fn activate_due_flush_locked(inner: &Inner, now: u32) -> Result<()> {
+    if !flush_due(inner, now) {
         return Ok(()); // carried out by another thread while this one waited
     }
     let seq = inner.issue_seqs(1)?;

@@ -497,8 +497,8 @@ impl Engine {
         let _guard = inner.flush_activation.lock();
         // If the due one cannot be logged, neither can this one: fail rather
         // than replace a deadline whose flush never took effect.
-        crate::maintenance::activate_due_flush_locked(inner)?;
         let now = inner.clock.now();
+        crate::maintenance::activate_due_flush_locked(inner, now)?;
         let seq = inner.issue_seqs(1)?;
         let deadline = if delay_secs == 0 {
             0
