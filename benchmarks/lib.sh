@@ -182,6 +182,39 @@ thread_ticks() {
     done | awk '{ sum[$1] += $2 } END { for (name in sum) print name, sum[name] }' | sort
 }
 
+# thread_ms BEFORE AFTER: from two files of thread_ticks output, one
+# "NAME MS" line per thread name: the CPU its threads used between them.
+thread_ms() {
+    join "$1" "$2" | awk -v ms="$((1000 / $(getconf CLK_TCK)))" '{ print $1, ($3 - $2) * ms }'
+}
+
+# ops_per_second: the ops/s of the `larder bench --json` report on stdin,
+# rounded.
+ops_per_second() { python3 -c 'import json, sys; print(round(json.load(sys.stdin)["ops_per_second"]))'; }
+
+# thread_cpu_runs BINARY LOADGEN RUNS KEYS BENCH_ARG...: for the record
+# scripts under results/: RUNS times, a fresh Larder under `everysec` with
+# KEYS keys preloaded (record_larder on port PORT, 22183 by default), the
+# wait for a quiet machine, then `LOADGEN bench` with BENCH_ARG... (and the
+# run number as seed); prints per run its ops/s and the milliseconds of CPU
+# each of the server's threads (by name) used over it, where any.
+thread_cpu_runs() {
+    local bin="$1" loadgen="$2" runs="$3" keys="$4" port="${PORT:-22183}" run ops
+    shift 4
+    for ((run = 1; run <= runs; run++)); do
+        record_larder "$bin" "$loadgen" everysec "$port" "$keys"
+        settle 30 >/dev/null
+        thread_ticks "$RECORD_PID" >"$RECORD_DIR/before"
+        ops=$("$loadgen" bench -s "127.0.0.1:$port" -k "$keys" -v 100 -q "$@" --seed "$run" --json \
+            | ops_per_second)
+        thread_ticks "$RECORD_PID" >"$RECORD_DIR/after"
+        echo "run $run: $ops ops/s; ms of CPU: $(thread_ms "$RECORD_DIR/before" "$RECORD_DIR/after" | awk '$2 > 0' | tr '\n' ' ')"
+        stop_pid "$RECORD_PID" larder
+        rm -rf "$RECORD_DIR"
+        trap - EXIT
+    done
+}
+
 # record_larder BINARY LOADGEN DURABILITY PORT KEYS: for the record scripts
 # under results/: starts BINARY (2 threads, 1 GiB, 4096 connections) on
 # 127.0.0.1:PORT with DURABILITY in a new temporary directory, sets

@@ -30,8 +30,10 @@ thread_ticks "$RECORD_PID" >"$WORK/after"
 stats_after=$(server_stats "$PORT")
 read_after=$(stat_value larder_compaction_bytes_read <<<"$stats_after")
 written_after=$(stat_value larder_compaction_bytes_written <<<"$stats_after")
-compactor=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-compact" {print ($3 - $2) * 10}')
-workers=$(join "$WORK/before" "$WORK/after" | awk '$1 == "larder-worker" {print ($3 - $2) * 10}')
+compactor=$(thread_ms "$WORK/before" "$WORK/after" | stat_value larder-compact)
+compactor=${compactor:-0}
+workers=$(thread_ms "$WORK/before" "$WORK/after" | stat_value larder-worker)
+workers=${workers:-0}
 python3 - "$WORK/bench.json" "$compactor" "$workers" "$read_before" "$read_after" \
     "$written_before" "$written_after" <<'PY'
 import json, sys

@@ -19,5 +19,5 @@ sleep 5
 thread_ticks "$RECORD_PID" >"$WORK/before"
 sleep 10
 thread_ticks "$RECORD_PID" >"$WORK/after"
-join "$WORK/before" "$WORK/after" | awk '$1 ~ /^larder-/ && $1 != "larder" {printf "%s %d ms  ", $1, ($3 - $2) * 10}'
+thread_ms "$WORK/before" "$WORK/after" | awk '$1 ~ /^larder-/ && $1 != "larder" {printf "%s %d ms  ", $1, $2}'
 echo

@@ -24,7 +24,7 @@ for ((run = 1; run <= RUNS; run++)); do
     perf record -q -F 499 -g -p "$RECORD_PID" -o "$OUT/perf$run.data" -- sleep 4.6 >/dev/null 2>&1 &
     perf_pid=$!
     ops=$("$BENCH" bench -s "127.0.0.1:$PORT" -k "$KEYS" -v 100 -q -t 2 -c 250 -P 1 --ratio 9:1 \
-        -d 4s --warmup 500ms --seed "$run" --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["ops_per_second"]))')
+        -d 4s --warmup 500ms --seed "$run" --json | ops_per_second)
     wait "$perf_pid"
     echo "run $run: $ops ops/s, profile in $OUT/perf$run.data"
     stop_pid "$RECORD_PID" larder

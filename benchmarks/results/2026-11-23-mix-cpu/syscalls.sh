@@ -22,7 +22,7 @@ measure() {
     perf stat -x, -e "$EVENTS" -p "$pid" -o "$counts" -- sleep 4.6 &
     local perf_pid=$!
     ops=$("$BENCH" bench -s "127.0.0.1:$PORT" -k "$KEYS" -v 100 -q -t 2 -c 250 -P 1 --ratio 9:1 \
-        -d 4s --warmup 500ms --seed 1 --json | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["ops_per_second"]))')
+        -d 4s --warmup 500ms --seed 1 --json | ops_per_second)
     wait "$perf_pid"
     echo "$name: $ops ops/s; per request:"
     awk -F, -v ops="$ops" '/^[0-9]/ { printf "  %-32s %6.3f\n", $3, $1 / (ops * 4.5) }' "$counts"
