@@ -394,19 +394,28 @@ pub struct Keydir {
     /// so the sweep passes over partitions of items that never expire
     /// without walking them.
     may_expire: Box<[AtomicBool]>,
-    shift: u32,
+    /// Partition count less one.
+    mask: usize,
     hasher: RandomState,
 }
+
+/// Where in a key's hash its partition is read: from bit 32 up. Each table
+/// takes a key's slot from the low bits of its hash and the slot's control
+/// byte (compared before any entry is read) from its top 7. A partition
+/// read from either end would make every key in it share those bits: read
+/// from the top, as it once was, every key of a partition had the same
+/// control byte, so a lookup read the entry of each occupied slot it probed
+/// (a wait for memory each) until it came to the key's own.
+const PARTITION_BITS_ROTATION: u32 = 32;
 
 impl Keydir {
     /// A keydir with `partitions` (rounded up to a power of two) partitions.
     pub fn new(partitions: usize) -> Keydir {
         let count = partitions.max(1).next_power_of_two();
-        let bits = count.trailing_zeros();
         Keydir {
             partitions: (0..count).map(|_| RwLock::new(Table::new())).collect(),
             may_expire: (0..count).map(|_| AtomicBool::new(false)).collect(),
-            shift: 64 - bits,
+            mask: count - 1,
             hasher: RandomState::default(),
         }
     }
@@ -418,11 +427,7 @@ impl Keydir {
 
     /// Which partition holds a key of this hash.
     pub fn partition_index(&self, hash: u64) -> usize {
-        if self.shift == 64 {
-            0
-        } else {
-            (hash >> self.shift) as usize
-        }
+        hash.rotate_right(PARTITION_BITS_ROTATION) as usize & self.mask
     }
 
     /// The partition holding keys of this hash.
@@ -542,5 +547,27 @@ mod tests {
             used.insert(keydir.partition_index(keydir.hash(format!("k{i}").as_bytes())));
         }
         assert_eq!(used.len(), 16);
+    }
+
+    /// The keys of one partition differ in the bits a table compares before
+    /// reading an entry (the top 7 of the hash), and in the low bits that
+    /// place them in the table.
+    #[test]
+    fn keys_of_a_partition_differ_in_the_bits_their_table_uses() {
+        let keydir = Keydir::new(256);
+        let hashes: Vec<u64> = (0..100_000)
+            .map(|i| keydir.hash(format!("k{i}").as_bytes()))
+            .filter(|&hash| keydir.partition_index(hash) == 7)
+            .collect();
+        assert!(hashes.len() > 200, "{} keys in the partition", hashes.len());
+        let distinct = |bits: fn(u64) -> u64| {
+            hashes
+                .iter()
+                .map(|&hash| bits(hash))
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+        };
+        assert!(distinct(|hash| hash >> 57) > 100, "control bytes");
+        assert!(distinct(|hash| hash & 0x3f) > 60, "low bits");
     }
 }
