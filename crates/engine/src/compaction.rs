@@ -13,14 +13,16 @@
 //! is synced before old files are removed, so the newer records that made
 //! the dropped ones dead are durable first.
 //!
-//! One compaction runs at a time (`Inner::compaction_lock`). It takes each
-//! key's partition lock only to check or switch that key: O(1) per record.
+//! One compaction runs at a time (`Inner::compaction_lock`). It checks and
+//! switches keys in batches, grouped by keydir partition: each taking of a
+//! partition's lock covers at most [`LOCKED_KEYS_MAX`] keys, whose lookups
+//! overlap their waits for memory (see [`Batch`]).
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::fs::join;
 use crate::hint::{self, HintWriter};
-use crate::keydir;
+use crate::keydir::{self, Keydir};
 use crate::log::create_segment;
 use crate::record::{self, Header, Kind};
 use crate::scan::scan_sealed;
@@ -31,7 +33,8 @@ use std::time::Duration;
 
 /// How long the compactor sleeps between passes.
 const PASS_INTERVAL: Duration = Duration::from_millis(200);
-/// Output bytes buffered before they are written and keys switched.
+/// Output bytes buffered before they are written and keys switched; also
+/// the most record bytes read into a [`Batch`] before it is checked.
 const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
 
 /// Past this many bytes of segment files per live byte, compaction also
@@ -248,6 +251,7 @@ fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
 /// A live put copied into the output, waiting to be switched.
 struct Pending {
     key: Vec<u8>,
+    hash: u64,
     seq: u64,
     from_segment: u32,
     from_offset: u32,
@@ -261,6 +265,7 @@ struct Output {
     buffer: Vec<u8>,
     written: u64,
     pending: Vec<Pending>,
+    groups: ByPartition,
     hint: HintWriter,
 }
 
@@ -280,6 +285,7 @@ impl Output {
             buffer: Vec::new(),
             written: u64::from(segment::HEADER_BYTES),
             pending: Vec::new(),
+            groups: ByPartition::default(),
             hint: HintWriter::new(),
         })
     }
@@ -317,9 +323,7 @@ impl Output {
                 .len_bytes
                 .store(self.written, Ordering::Release);
         }
-        for pending in self.pending.drain(..) {
-            switch(inner, &self.segment, &pending);
-        }
+        switch_all(inner, &self.segment, &mut self.pending, &mut self.groups);
         Ok(())
     }
 
@@ -346,11 +350,89 @@ impl Output {
     }
 }
 
-/// Points a key at its copy if it still points at the original.
-fn switch(inner: &Inner, output: &Segment, pending: &Pending) {
-    let hash = inner.keydir.hash(&pending.key);
-    let mut table = inner.keydir.partition(hash).write();
-    let Some(entry) = table.find_mut(hash, |entry| entry.key() == pending.key) else {
+/// Points each key of `pending` at its copy if it still points at the
+/// original, taking each partition's write lock once per run of keys (see
+/// [`ByPartition::runs`] and [`Batch`]), and empties `pending`.
+fn switch_all(
+    inner: &Inner,
+    output: &Segment,
+    pending: &mut Vec<Pending>,
+    groups: &mut ByPartition,
+) {
+    groups.fill(&inner.keydir, pending.iter().map(|p| p.hash));
+    // The segment copied from, looked up once per segment rather than once
+    // per key under the partition lock.
+    let mut source: Option<Arc<Segment>> = None;
+    for (partition, positions) in groups.runs() {
+        let mut table = inner.keydir.partition_at(partition).write();
+        for &at in positions {
+            if let Some(pending) = pending.get(at) {
+                keydir::prefetch(&table, pending.hash);
+            }
+        }
+        for &at in positions {
+            let Some(pending) = pending.get(at) else {
+                continue;
+            };
+            if source.as_ref().is_none_or(|s| s.id != pending.from_segment) {
+                source = inner.segments.get(pending.from_segment);
+            }
+            switch(&mut table, source.as_deref(), output, pending);
+        }
+    }
+    pending.clear();
+}
+
+/// Keys checked or switched under one taking of a partition's lock, at
+/// most: with few partitions, a batch's keys would otherwise hold one lock,
+/// and stall that partition's requests, for thousands of lookups.
+const LOCKED_KEYS_MAX: usize = 64;
+
+/// Positions in a list of keys, grouped by the keydir partition of each
+/// key's hash (a counting sort, reusing its memory from one fill to the
+/// next), in order within each partition.
+#[derive(Default)]
+struct ByPartition {
+    groups: Vec<Vec<usize>>,
+}
+
+impl ByPartition {
+    fn fill(&mut self, keydir: &Keydir, hashes: impl Iterator<Item = u64>) {
+        let count = keydir.len();
+        self.groups.resize_with(count, Vec::new);
+        for group in &mut self.groups {
+            group.clear();
+        }
+        for (at, hash) in hashes.enumerate() {
+            if let Some(group) = self.groups.get_mut(keydir.partition_index(hash)) {
+                group.push(at);
+            }
+        }
+    }
+
+    /// Runs of at most [`LOCKED_KEYS_MAX`] positions of one partition, with
+    /// the partition: each run is handled under one taking of its lock.
+    fn runs(&self) -> impl Iterator<Item = (usize, &[usize])> {
+        self.groups
+            .iter()
+            .enumerate()
+            .flat_map(|(partition, group)| {
+                group
+                    .chunks(LOCKED_KEYS_MAX)
+                    .map(move |run| (partition, run))
+            })
+    }
+}
+
+/// Points a key at its copy if it still points at the original, which
+/// lies in `source` (if that is still registered).
+fn switch(
+    table: &mut keydir::Table,
+    source: Option<&Segment>,
+    output: &Segment,
+    pending: &Pending,
+) {
+    let Some(entry) = table.find_mut(pending.hash, |entry| entry.key() == pending.key) else {
         return;
     };
     if entry.cas() != pending.seq
@@ -359,8 +441,8 @@ fn switch(inner: &Inner, output: &Segment, pending: &Pending) {
     {
         return;
     }
-    if let Some(old) = inner.segments.get(pending.from_segment) {
-        old.sub_live(pending.record_len);
+    if let Some(source) = source {
+        source.sub_live(pending.record_len);
     }
     output.add_live(pending.record_len);
     entry.set_location(output.id, pending.to_offset);
@@ -378,51 +460,169 @@ fn compact_segment(
         .counters
         .compaction_bytes_read
         .fetch_add(len, Ordering::Relaxed);
-    let flush_seq = inner.flush_seq.load(Ordering::Acquire);
+    let mut batch = Batch {
+        segment,
+        min_seq_elsewhere,
+        flush_seq: inner.flush_seq.load(Ordering::Acquire),
+        bytes: Vec::new(),
+        records: Vec::new(),
+        groups: ByPartition::default(),
+    };
     scan_sealed(segment, |offset, header, bytes| {
-        let key = bytes.get(header.key_range()).unwrap_or_default();
-        let value = bytes.get(header.value_range()).unwrap_or_default();
-        let keep = match header.kind {
-            Kind::Put => live_put(inner, segment.id, offset as u32, header, key),
-            Kind::Delete => tombstone_needed(inner, header, key, min_seq_elsewhere),
-            Kind::Touch => touch_needed(inner, header, key, record::touch_target(header, bytes)),
-            Kind::Flush => pending_flush(header, flush_seq),
-        };
-        let Some(header) = keep else {
-            return Ok(());
-        };
-        let target = record::touch_target(&header, bytes);
-        let to_offset = output.push(&header, key, value, target)?;
-        if header.kind == Kind::Put {
-            output.pending.push(Pending {
-                key: key.to_vec(),
-                seq: header.seq,
-                from_segment: segment.id,
-                from_offset: offset as u32,
-                to_offset,
-                record_len: header.record_len(),
-            });
-        }
-        if output.buffer.len() >= OUTPUT_BUFFER_BYTES {
-            output.write_and_switch(inner)?;
+        batch.add(inner, offset as u32, header, bytes);
+        if batch.records.len() >= BATCH_RECORDS || batch.bytes.len() >= OUTPUT_BUFFER_BYTES {
+            batch.copy_needed(inner, output)?;
         }
         Ok(())
     })?;
+    batch.copy_needed(inner, output)?;
     output.write_and_switch(inner)
+}
+
+/// Records checked together: at most this many.
+const BATCH_RECORDS: usize = 8192;
+
+/// Records read from a segment and not yet checked.
+///
+/// A check is a keydir lookup, and a lookup of a key not recently used
+/// mostly waits for memory: the table's slot, then the entry it points to.
+/// One by one, each behind its own taking of a lock (an atomic write to a
+/// line the request threads write too), those waits come one after the
+/// other; compaction spent most of its time in them. So the records are
+/// checked together, grouped by partition: under one taking of a lock,
+/// every key's entry is first asked for ([`keydir::prefetch`]), then each
+/// is checked while the rest are still arriving.
+struct Batch<'s> {
+    segment: &'s Segment,
+    min_seq_elsewhere: u64,
+    flush_seq: u64,
+    /// The records' bytes, back to back.
+    bytes: Vec<u8>,
+    records: Vec<Read>,
+    groups: ByPartition,
+}
+
+/// One record of a [`Batch`].
+struct Read {
+    /// Where it lies in the segment.
+    offset: u32,
+    header: Header,
+    /// Where its bytes start in [`Batch::bytes`].
+    start: usize,
+    /// Its key's hash.
+    hash: u64,
+    /// What to copy it with, once checked; `None` if it is not needed.
+    keep: Option<Header>,
+}
+
+impl Batch<'_> {
+    fn add(&mut self, inner: &Inner, offset: u32, header: &Header, bytes: &[u8]) {
+        let key = bytes.get(header.key_range()).unwrap_or_default();
+        self.records.push(Read {
+            offset,
+            header: *header,
+            start: self.bytes.len(),
+            hash: inner.keydir.hash(key),
+            keep: None,
+        });
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    fn record_bytes(&self, read: &Read) -> &[u8] {
+        let len = read.header.record_len() as usize;
+        self.bytes
+            .get(read.start..read.start + len)
+            .unwrap_or_default()
+    }
+
+    /// Checks every record, copies those still needed into `output` in
+    /// their order in the segment, and empties the batch.
+    fn copy_needed(&mut self, inner: &Inner, output: &mut Output) -> Result<()> {
+        self.check(inner);
+        for read in &self.records {
+            let Some(header) = read.keep else {
+                continue;
+            };
+            let bytes = self.record_bytes(read);
+            let key = bytes.get(header.key_range()).unwrap_or_default();
+            let value = bytes.get(header.value_range()).unwrap_or_default();
+            let target = record::touch_target(&header, bytes);
+            let to_offset = output.push(&header, key, value, target)?;
+            if header.kind == Kind::Put {
+                output.pending.push(Pending {
+                    key: key.to_vec(),
+                    hash: read.hash,
+                    seq: header.seq,
+                    from_segment: self.segment.id,
+                    from_offset: read.offset,
+                    to_offset,
+                    record_len: header.record_len(),
+                });
+            }
+            if output.buffer.len() >= OUTPUT_BUFFER_BYTES {
+                output.write_and_switch(inner)?;
+            }
+        }
+        self.records.clear();
+        self.bytes.clear();
+        Ok(())
+    }
+
+    /// Sets each record's `keep`, taking each partition's lock once per run
+    /// of keys (see [`ByPartition::runs`]).
+    fn check(&mut self, inner: &Inner) {
+        let mut groups = std::mem::take(&mut self.groups);
+        groups.fill(&inner.keydir, self.records.iter().map(|read| read.hash));
+        for (partition, positions) in groups.runs() {
+            let table = inner.keydir.partition_at(partition).read();
+            for &at in positions {
+                if let Some(read) = self.records.get(at).filter(|read| self.looks_up(read)) {
+                    keydir::prefetch(&table, read.hash);
+                }
+            }
+            for &at in positions {
+                let keep = self.needed(&table, at);
+                if let Some(read) = self.records.get_mut(at) {
+                    read.keep = keep;
+                }
+            }
+        }
+        self.groups = groups;
+    }
+
+    /// Whether checking `read` needs its key's entry.
+    fn looks_up(&self, read: &Read) -> bool {
+        match read.header.kind {
+            Kind::Put | Kind::Touch => true,
+            Kind::Delete => self.min_seq_elsewhere < read.header.seq,
+            Kind::Flush => false,
+        }
+    }
+
+    /// Whether record `at` is still needed, and with what header.
+    fn needed(&self, table: &keydir::Table, at: usize) -> Option<Header> {
+        let read = self.records.get(at)?;
+        let header = &read.header;
+        let bytes = self.record_bytes(read);
+        let key = bytes.get(header.key_range()).unwrap_or_default();
+        let entry = || keydir::find(table, read.hash, key);
+        match header.kind {
+            Kind::Put => live_put(entry()?, self.segment.id, read.offset, header),
+            Kind::Delete => tombstone_needed(entry, header, self.min_seq_elsewhere),
+            Kind::Touch => touch_needed(entry()?, header, record::touch_target(header, bytes)),
+            Kind::Flush => pending_flush(header, self.flush_seq),
+        }
+    }
 }
 
 /// A put is copied if the keydir still points at it; it is copied with the
 /// item's current expiry and stale mark (touches may have changed them).
 fn live_put(
-    inner: &Inner,
+    entry: &keydir::Entry,
     segment_id: u32,
     offset: u32,
     header: &Header,
-    key: &[u8],
 ) -> Option<Header> {
-    let hash = inner.keydir.hash(key);
-    let table = inner.keydir.partition(hash).read();
-    let entry = keydir::find(&table, hash, key)?;
     if entry.segment_id() != segment_id || entry.offset() != offset || entry.cas() != header.seq {
         return None;
     }
@@ -436,18 +636,12 @@ fn live_put(
 
 /// A tombstone is kept while another segment may hold an older put of its
 /// key that the tombstone must keep hidden.
-fn tombstone_needed(
-    inner: &Inner,
+fn tombstone_needed<'t>(
+    entry: impl FnOnce() -> Option<&'t keydir::Entry>,
     header: &Header,
-    key: &[u8],
     min_seq_elsewhere: u64,
 ) -> Option<Header> {
-    if min_seq_elsewhere >= header.seq {
-        return None;
-    }
-    let hash = inner.keydir.hash(key);
-    let table = inner.keydir.partition(hash).read();
-    if keydir::find(&table, hash, key).is_some_and(|entry| entry.cas() > header.seq) {
+    if min_seq_elsewhere >= header.seq || entry().is_some_and(|entry| entry.cas() > header.seq) {
         return None;
     }
     Some(Header {
@@ -457,10 +651,7 @@ fn tombstone_needed(
 }
 
 /// A touch is kept while it describes the item's current expiry.
-fn touch_needed(inner: &Inner, header: &Header, key: &[u8], target: u64) -> Option<Header> {
-    let hash = inner.keydir.hash(key);
-    let table = inner.keydir.partition(hash).read();
-    let entry = keydir::find(&table, hash, key)?;
+fn touch_needed(entry: &keydir::Entry, header: &Header, target: u64) -> Option<Header> {
     let current = entry.cas() == target
         && entry.exptime() == header.exptime
         && entry.has(keydir::BIT_STALE) == header.stale;
@@ -500,4 +691,37 @@ fn remove_segment(inner: &Inner, segment: &Segment) -> Result<()> {
         .fs
         .sync_dir(dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_grouped_by_partition_in_runs_of_bounded_length() {
+        for partitions in [1, 8, 256] {
+            let keydir = Keydir::new(partitions);
+            let hashes: Vec<u64> = (0..5000)
+                .map(|i| keydir.hash(format!("key{i}").as_bytes()))
+                .collect();
+            let mut groups = ByPartition::default();
+            // Twice: the second fill must forget the first.
+            for _ in 0..2 {
+                groups.fill(&keydir, hashes.iter().copied());
+                let mut seen = vec![0; hashes.len()];
+                let mut last: Option<(usize, usize)> = None;
+                for (partition, run) in groups.runs() {
+                    assert!(!run.is_empty() && run.len() <= LOCKED_KEYS_MAX);
+                    for &at in run {
+                        assert_eq!(keydir.partition_index(hashes[at]), partition);
+                        // Partitions ascend; within one, positions do.
+                        assert!(last.is_none_or(|last| last < (partition, at)));
+                        last = Some((partition, at));
+                        seen[at] += 1;
+                    }
+                }
+                assert!(seen.iter().all(|&n| n == 1), "every key exactly once");
+            }
+        }
+    }
 }
