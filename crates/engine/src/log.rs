@@ -63,6 +63,15 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// Past this many written but unsynced bytes, an append asks for a sync
 /// early, bounding what is kept for [`Log::heal`].
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
+/// How far before the active segment's size limit an append asks for a
+/// sync, at each of these distances. The rotation that seals the segment
+/// syncs it under the log lock, and every append waits meanwhile: that
+/// sync then finds at most the last of these distances' bytes unsynced,
+/// instead of whatever was written since the last sync (in `everysec`,
+/// up to a second's worth: tens of milliseconds of syncing under
+/// sustained writes). In `none` the sync thread syncs nothing, so there the
+/// rotation still syncs the whole segment.
+const PRESYNC_AHEAD: [u64; 2] = [16 << 20, 4 << 20];
 /// How far past the end of the active segment the sync thread reserves
 /// blocks; an append asks it to top up once less than half is left.
 const RESERVE_AHEAD: u64 = 8 << 20;
@@ -99,6 +108,15 @@ impl Ticket {
 /// Log sequence number of `offset` in segment `id`.
 pub fn lsn(id: u32, offset: u64) -> u64 {
     (u64::from(id) << 32) | offset
+}
+
+/// Whether a record from `start` to `end` of a segment whose size limit is
+/// `limit` reaches one of the [`PRESYNC_AHEAD`] marks before that limit.
+fn presync_due(limit: u64, start: u64, end: u64) -> bool {
+    PRESYNC_AHEAD.iter().any(|ahead| {
+        let mark = limit.saturating_sub(*ahead);
+        start < mark && end >= mark
+    })
 }
 
 /// Segments by id, shared by the log, readers and the compactor.
@@ -392,6 +410,7 @@ impl Log {
         assert_eq!((state.buffer.len() - before) as u64, len);
         let offset = state.end as u32;
         state.end += len;
+        let presync = presync_due(self.segment_bytes_max, u64::from(offset), state.end);
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
@@ -404,8 +423,8 @@ impl Log {
             && !state.reserve_asked
             && state.reserved < (state.end + RESERVE_AHEAD / 2).min(self.segment_bytes_max);
         state.reserve_asked |= ask_reserve;
-        let wanted =
-            (state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX).then(|| lsn(state.active.id, state.end));
+        let wanted = (presync || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX)
+            .then(|| lsn(state.active.id, state.end));
         drop(state);
         if ask_reserve {
             let mut sync = self.sync.lock();
@@ -1130,6 +1149,31 @@ mod tests {
             began,
             ended: began + took,
         }
+    }
+
+    #[test]
+    fn a_sync_is_asked_for_once_per_mark_before_the_segment_fills() {
+        let limit = 64 << 20;
+        let asked = |record: u64| {
+            (0..limit)
+                .step_by(record as usize)
+                .filter(|&start| presync_due(limit, start, start + record))
+                .map(|start| limit - start - record)
+                .collect::<Vec<_>>()
+        };
+        // 100-byte records: one ask as each mark is reached, the last one
+        // leaving less than 4 MiB to sync at the rotation.
+        let left = asked(100);
+        assert_eq!(left.len(), PRESYNC_AHEAD.len(), "{left:?}");
+        assert!(left.iter().all(|&left| left < 16 << 20));
+        assert!(left.last().is_some_and(|&left| left < 4 << 20), "{left:?}");
+        // A record spanning both marks asks once.
+        assert!(presync_due(limit, limit - (20 << 20), limit - (1 << 20)));
+        assert!(!presync_due(limit, 0, limit - (17 << 20)));
+        // Segments no larger than a mark never ask: the rotation's sync
+        // is small anyway.
+        assert!(!presync_due(1 << 20, 0, 100));
+        assert!(!presync_due(4 << 20, 0, 4 << 20));
     }
 
     #[test]
