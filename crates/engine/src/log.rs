@@ -69,8 +69,8 @@ const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// sync then finds at most the last of these distances' bytes unsynced,
 /// instead of whatever was written since the last sync (in `everysec`,
 /// up to a second's worth: tens of milliseconds of syncing under
-/// sustained writes). In `none` the sync thread syncs nothing, so there the
-/// rotation still syncs the whole segment.
+/// sustained writes). Only under `everysec`: under `none` the sync thread
+/// syncs nothing, so there the rotation still syncs the whole segment.
 const PRESYNC_AHEAD: [u64; 2] = [16 << 20, 4 << 20];
 /// How far past the end of the active segment the sync thread reserves
 /// blocks; an append asks it to top up once less than half is left.
@@ -410,7 +410,11 @@ impl Log {
         assert_eq!((state.buffer.len() - before) as u64, len);
         let offset = state.end as u32;
         state.end += len;
-        let presync = presync_due(self.segment_bytes_max, u64::from(offset), state.end);
+        // Only `everysec` asks: under `always` every commit already does,
+        // and under `none` the sync thread syncs nothing, so a request it
+        // cannot meet would keep it from ever resting.
+        let presync = self.durability == Durability::EverySec
+            && presync_due(self.segment_bytes_max, u64::from(offset), state.end);
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
         let ticket = Ticket(lsn(segment.id, state.end));
@@ -1174,6 +1178,60 @@ mod tests {
         // is small anyway.
         assert!(!presync_due(1 << 20, 0, 100));
         assert!(!presync_due(4 << 20, 0, 4 << 20));
+    }
+
+    /// A log of 64 MiB segments on a `MemFs`, with no sync thread.
+    fn memory_log(durability: Durability) -> Log {
+        let fs: Arc<dyn Fs> = Arc::new(crate::fs::MemFs::new());
+        let dir = PathBuf::from("/data");
+        fs.create_dir_all(&dir).unwrap();
+        let header = SegmentHeader {
+            origin: segment::Origin::Log,
+            id: 1,
+            seq_at_creation: 1,
+            flush_seq: 0,
+        };
+        let active = create_segment(&*fs, &dir, header).unwrap();
+        let segments = Arc::new(Segments::new(2));
+        segments.insert(Arc::clone(&active));
+        let len = u64::from(segment::HEADER_BYTES);
+        Log::new(
+            fs,
+            dir,
+            durability,
+            64 << 20,
+            segments,
+            Arc::new(Counters::default()),
+            active,
+            len,
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(1)),
+        )
+    }
+
+    /// Appends 1 MiB records up to `end` of the active segment; returns
+    /// whether a sync is asked for that the log has not had.
+    fn sync_asked_after_appending_to(log: &Log, end: u64) -> bool {
+        let record = 1 << 20;
+        while log.state.lock().end + record <= end {
+            // Not committed: what matters is what the append asks for.
+            let (_, _, _ticket) = log
+                .append(record, |out| out.resize(out.len() + record as usize, 7))
+                .unwrap();
+        }
+        log.sync.lock().requested > log.synced_lsn.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn everysec_asks_for_a_sync_before_the_segment_fills_and_none_never_does() {
+        let limit = 64 << 20;
+        let log = memory_log(Durability::EverySec);
+        assert!(!sync_asked_after_appending_to(&log, limit - (17 << 20)));
+        assert!(sync_asked_after_appending_to(&log, limit - (15 << 20)));
+        // Under `none` nothing would meet the request: the sync thread
+        // would go round without rest.
+        let log = memory_log(Durability::None);
+        assert!(!sync_asked_after_appending_to(&log, limit - (1 << 20)));
     }
 
     #[test]
