@@ -173,6 +173,19 @@ impl Engine {
         })
     }
 
+    /// Asks the processor to start loading the keydir entries of `keys`
+    /// without waiting for them, for a caller about to handle the keys one
+    /// after another (a pipeline's requests): their loads then overlap,
+    /// instead of each request waiting for its own. Only a hint: nothing is
+    /// read or changed.
+    pub fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        for key in keys {
+            let hash = self.inner.keydir.hash(key);
+            let table = self.inner.keydir.partition(hash).read();
+            crate::keydir::prefetch(&table, hash);
+        }
+    }
+
     /// Waits until the writes up to `ticket` are acknowledged under the
     /// configured durability (see [`crate::Durability`]). Blocks the thread.
     ///

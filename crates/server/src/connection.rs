@@ -12,7 +12,7 @@ use crate::limits::{
 };
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
-use larder_protocol::{parse, Parsed};
+use larder_protocol::{parse, MetaKey, Parsed, Request};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -106,6 +106,11 @@ impl Connection {
 
     /// Parses and handles buffered requests until input runs out, replies
     /// pass the soft limit, or the connection must close.
+    ///
+    /// Complete requests are parsed a window of up to [`WINDOW_REQUESTS`]
+    /// at a time, and when a window holds more than one, the keydir entries
+    /// of all of its keys are asked for before any is handled: a pipeline's
+    /// lookups then wait for memory together rather than one after another.
     fn process(&mut self) -> Processed {
         let limits = self.session.shared.limits;
         loop {
@@ -120,36 +125,69 @@ impl Connection {
             if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
                 return Processed::OutputFull;
             }
-            match parse(&self.input, &limits) {
-                Ok(Parsed::Complete {
-                    request,
-                    frame_bytes,
-                }) => {
-                    let flow = self.session.handle(request);
-                    self.input.advance(frame_bytes);
-                    if flow == Flow::Close {
-                        return Processed::Close(End::Done);
+            let mut window = [None; WINDOW_REQUESTS];
+            let mut parsed = 0;
+            let mut at = 0;
+            while let Some(slot) = window.get_mut(parsed) {
+                match parse(self.input.get(at..).unwrap_or_default(), &limits) {
+                    Ok(Parsed::Complete {
+                        request,
+                        frame_bytes,
+                    }) => {
+                        *slot = Some((request, frame_bytes));
+                        parsed += 1;
+                        at += frame_bytes;
+                    }
+                    _ => break,
+                }
+            }
+            if parsed == 0 {
+                // What stopped the window is at the front: handle it.
+                match parse(&self.input, &limits) {
+                    Ok(Parsed::Complete { .. }) => continue,
+                    Ok(Parsed::Incomplete { frame_bytes }) => {
+                        if let Some(frame) = frame_bytes {
+                            self.input.reserve(frame.saturating_sub(self.input.len()));
+                        }
+                        return Processed::NeedInput;
+                    }
+                    Err(error) => {
+                        if let Some(key) = error.rejected_key(&self.input) {
+                            self.session.refused_too_large(key);
+                        }
+                        if let Some(text) = error.reply() {
+                            self.session.output.extend_from_slice(text);
+                        }
+                        self.input.advance(error.consumed.min(self.input.len()));
+                        self.discard_bytes = error.discard_bytes;
+                        if error.closes_connection() {
+                            return Processed::Close(End::ProtocolClose);
+                        }
+                        continue;
                     }
                 }
-                Ok(Parsed::Incomplete { frame_bytes }) => {
-                    if let Some(frame) = frame_bytes {
-                        self.input.reserve(frame.saturating_sub(self.input.len()));
-                    }
-                    return Processed::NeedInput;
+            }
+            let requests = window.iter().take(parsed).flatten();
+            if parsed > 1 {
+                let engine = &self.session.shared.engine;
+                engine.prefetch(requests.clone().flat_map(|(request, _)| keys(request)));
+            }
+            let mut consumed = 0;
+            let mut close = false;
+            for (request, frame_bytes) in requests {
+                let flow = self.session.handle(*request);
+                consumed += frame_bytes;
+                if flow == Flow::Close {
+                    close = true;
+                    break;
                 }
-                Err(error) => {
-                    if let Some(key) = error.rejected_key(&self.input) {
-                        self.session.refused_too_large(key);
-                    }
-                    if let Some(text) = error.reply() {
-                        self.session.output.extend_from_slice(text);
-                    }
-                    self.input.advance(error.consumed.min(self.input.len()));
-                    self.discard_bytes = error.discard_bytes;
-                    if error.closes_connection() {
-                        return Processed::Close(End::ProtocolClose);
-                    }
+                if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                    break;
                 }
+            }
+            self.input.advance(consumed);
+            if close {
+                return Processed::Close(End::Done);
             }
         }
     }
@@ -181,6 +219,34 @@ impl Connection {
         self.session.batch_sent();
         Ok(())
     }
+}
+
+/// Complete requests parsed ahead of handling, at most (see
+/// [`Connection::process`]).
+const WINDOW_REQUESTS: usize = 16;
+
+/// The keys a request will look up, as far as they can be told before it is
+/// handled: none for requests without keys, and for a meta request's key
+/// sent in base64, whose bytes are decoded only when it is handled.
+fn keys<'a>(request: &Request<'a>) -> impl Iterator<Item = &'a [u8]> + Clone {
+    let (one, many) = match request {
+        Request::Store(store) => (Some(store.key), None),
+        Request::Retrieval(retrieval) => (None, Some(retrieval.keys.iter())),
+        Request::Delete(delete) => (Some(delete.key), None),
+        Request::Touch(touch) => (Some(touch.key), None),
+        Request::Arithmetic(arithmetic) => (Some(arithmetic.key), None),
+        Request::MetaGet(get) => (plain(&get.key), None),
+        Request::MetaSet(set) => (plain(&set.key), None),
+        Request::MetaDelete(delete) => (plain(&delete.key), None),
+        Request::MetaArithmetic(arithmetic) => (plain(&arithmetic.key), None),
+        _ => (None, None),
+    };
+    one.into_iter().chain(many.into_iter().flatten())
+}
+
+/// A meta request's key, unless sent in base64.
+fn plain<'a>(key: &MetaKey<'a>) -> Option<&'a [u8]> {
+    (!key.is_base64()).then(|| key.wire())
 }
 
 /// Readies `input` for the next read: with less than [`READ_ROOM_BYTES_MIN`]

@@ -3,8 +3,9 @@
 //! byte for byte as memcached would; a pipelined burst of writes under
 //! durability `always` is acknowledged only once durable yet shares its
 //! fsyncs; concurrent writers on separate connections share fsyncs too
-//! (group commit), as the `larder_group_commit*` stats show; and a lone
-//! writer's syncs never wait for a group to fill.
+//! (group commit), as the `larder_group_commit*` stats show; a lone
+//! writer's syncs never wait for a group to fill; and errors and a `quit`
+//! inside a long pipeline act exactly where they stand.
 
 mod common;
 
@@ -180,4 +181,49 @@ fn a_lone_writer_under_always_never_waits_for_a_group_to_fill() {
         waited <= (SETS / 20) as u64,
         "{waited} of {commits} syncs waited"
     );
+}
+
+/// A pipeline longer than one window of parsed requests, with an unknown
+/// command, a refused oversized value (its data swallowed) and a `quit`
+/// inside it: each acts exactly where it stands, as if the requests had come
+/// one by one, and nothing after the `quit` is carried out.
+#[test]
+fn errors_and_a_quit_inside_a_long_pipeline_act_where_they_stand() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), Durability::EverySec);
+    let mut raw = server.raw();
+    let (mut requests, mut replies) = (Vec::new(), Vec::new());
+    for index in 0..60 {
+        match index {
+            13 => {
+                requests.extend_from_slice(b"bogus command\r\n");
+                replies.extend_from_slice(b"ERROR\r\n");
+            }
+            21 => {
+                requests.extend_from_slice(b"set big 0 0 2000000\r\n");
+                requests.extend_from_slice(&vec![b'x'; 2_000_000]);
+                requests.extend_from_slice(b"\r\n");
+                replies.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n");
+            }
+            45 => requests.extend_from_slice(b"quit\r\n"),
+            _ => {
+                requests.extend_from_slice(format!("set w{index} 0 0 2\r\nok\r\n").as_bytes());
+                if index < 45 {
+                    replies.extend_from_slice(b"STORED\r\n");
+                }
+            }
+        }
+    }
+    raw.send(&requests);
+    assert_eq!(raw.read_to_close(), replies);
+    let mut check = server.raw();
+    for index in 0..60 {
+        let stored = index < 45 && index != 13 && index != 21;
+        let expected = match stored {
+            true => format!("VALUE w{index} 0 2\r\nok\r\nEND\r\n"),
+            false => "END\r\n".to_owned(),
+        };
+        check.call(format!("get w{index}\r\n").as_bytes(), expected.as_bytes());
+    }
+    check.call(b"get big\r\n", b"END\r\n");
 }
