@@ -176,8 +176,9 @@ impl Engine {
     /// Asks the processor to start loading the keydir entries of `keys`
     /// without waiting for them, for a caller about to handle the keys one
     /// after another (a pipeline's requests): their loads then overlap,
-    /// instead of each request waiting for its own. Only a hint: nothing is
-    /// read or changed.
+    /// instead of each request waiting for its own. Changes nothing. Finding
+    /// each entry still waits on the table itself, under the partition's
+    /// read lock; what overlaps is the load of the entries.
     pub fn prefetch<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
         for key in keys {
             let hash = self.inner.keydir.hash(key);

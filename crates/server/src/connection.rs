@@ -1,9 +1,11 @@
 //! One client connection: read, parse, handle, commit, write, repeat.
 //!
-//! Each batch is everything parsed from one read: its writes are committed
-//! with one ticket (one group commit for a whole pipeline) and its replies
-//! are written with one `write`. A connection processes at most
-//! [`WRITE_BUFFER_BYTES_SOFT_MAX`] of replies before sending them, so a
+//! Each batch is everything handled from one read: its writes are
+//! committed with one ticket (one group commit for a whole pipeline) and its
+//! replies are written with one `write`. Requests are parsed a few at a
+//! time ahead of handling, so that a pipeline's keys are looked up together
+//! (see [`Connection::process`]). A connection stops handling once its
+//! replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] and sends them, so a
 //! client that pipelines many large reads cannot make the server buffer
 //! without bound, and one that never reads its replies stops being read.
 
@@ -12,7 +14,7 @@ use crate::limits::{
 };
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
-use larder_protocol::{parse, MetaKey, Parsed, Request};
+use larder_protocol::{parse, MetaKey, ParseError, Parsed, Request};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -109,8 +111,12 @@ impl Connection {
     ///
     /// Complete requests are parsed a window of up to [`WINDOW_REQUESTS`]
     /// at a time, and when a window holds more than one, the keydir entries
-    /// of all of its keys are asked for before any is handled: a pipeline's
-    /// lookups then wait for memory together rather than one after another.
+    /// of its keys are asked for before any request is handled: a
+    /// pipeline's lookups then wait for memory together rather than one
+    /// after another. The requests are handled in order, each exactly as if
+    /// it had been parsed alone; what ends a window (an incomplete request,
+    /// or one that is refused) is dealt with once every request before it
+    /// has been handled.
     fn process(&mut self) -> Processed {
         let limits = self.session.shared.limits;
         loop {
@@ -126,8 +132,8 @@ impl Connection {
                 return Processed::OutputFull;
             }
             let mut window = [None; WINDOW_REQUESTS];
-            let mut parsed = 0;
-            let mut at = 0;
+            let (mut parsed, mut at) = (0, 0);
+            let mut stop = None;
             while let Some(slot) = window.get_mut(parsed) {
                 match parse(self.input.get(at..).unwrap_or_default(), &limits) {
                     Ok(Parsed::Complete {
@@ -138,42 +144,25 @@ impl Connection {
                         parsed += 1;
                         at += frame_bytes;
                     }
-                    _ => break,
-                }
-            }
-            if parsed == 0 {
-                // What stopped the window is at the front: handle it.
-                match parse(&self.input, &limits) {
-                    Ok(Parsed::Complete { .. }) => continue,
                     Ok(Parsed::Incomplete { frame_bytes }) => {
-                        if let Some(frame) = frame_bytes {
-                            self.input.reserve(frame.saturating_sub(self.input.len()));
-                        }
-                        return Processed::NeedInput;
+                        stop = Some(Stop::Incomplete(frame_bytes));
+                        break;
                     }
                     Err(error) => {
-                        if let Some(key) = error.rejected_key(&self.input) {
-                            self.session.refused_too_large(key);
-                        }
-                        if let Some(text) = error.reply() {
-                            self.session.output.extend_from_slice(text);
-                        }
-                        self.input.advance(error.consumed.min(self.input.len()));
-                        self.discard_bytes = error.discard_bytes;
-                        if error.closes_connection() {
-                            return Processed::Close(End::ProtocolClose);
-                        }
-                        continue;
+                        stop = Some(Stop::Refused(error));
+                        break;
                     }
                 }
             }
             let requests = window.iter().take(parsed).flatten();
             if parsed > 1 {
-                let engine = &self.session.shared.engine;
-                engine.prefetch(requests.clone().flat_map(|(request, _)| keys(request)));
+                let keys = requests.clone().flat_map(|(request, _)| keys(request));
+                self.session
+                    .shared
+                    .engine
+                    .prefetch(keys.take(WINDOW_KEYS_MAX));
             }
-            let mut consumed = 0;
-            let mut close = false;
+            let (mut consumed, mut close) = (0, false);
             for (request, frame_bytes) in requests {
                 let flow = self.session.handle(*request);
                 consumed += frame_bytes;
@@ -188,6 +177,33 @@ impl Connection {
             self.input.advance(consumed);
             if close {
                 return Processed::Close(End::Done);
+            }
+            if consumed < at || self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                // The rest is parsed again once the replies are sent.
+                continue;
+            }
+            // What ended the window is now at the front.
+            match stop {
+                None => {}
+                Some(Stop::Incomplete(frame_bytes)) => {
+                    if let Some(frame) = frame_bytes {
+                        self.input.reserve(frame.saturating_sub(self.input.len()));
+                    }
+                    return Processed::NeedInput;
+                }
+                Some(Stop::Refused(error)) => {
+                    if let Some(key) = error.rejected_key(&self.input) {
+                        self.session.refused_too_large(key);
+                    }
+                    if let Some(text) = error.reply() {
+                        self.session.output.extend_from_slice(text);
+                    }
+                    self.input.advance(error.consumed.min(self.input.len()));
+                    self.discard_bytes = error.discard_bytes;
+                    if error.closes_connection() {
+                        return Processed::Close(End::ProtocolClose);
+                    }
+                }
             }
         }
     }
@@ -225,6 +241,20 @@ impl Connection {
 /// [`Connection::process`]).
 const WINDOW_REQUESTS: usize = 16;
 
+/// Keys whose entries are asked for ahead, at most, per window: a window
+/// with a multi-key `get` could otherwise name tens of thousands, whose
+/// early entries would be out of the cache again by the time they are
+/// looked up.
+const WINDOW_KEYS_MAX: usize = 64;
+
+/// What ended a window of complete requests.
+enum Stop {
+    /// An incomplete request, and how long its frame is once known.
+    Incomplete(Option<usize>),
+    /// A request refused by the parser.
+    Refused(ParseError),
+}
+
 /// The keys a request will look up, as far as they can be told before it is
 /// handled: none for requests without keys, and for a meta request's key
 /// sent in base64, whose bytes are decoded only when it is handled.
@@ -239,6 +269,7 @@ fn keys<'a>(request: &Request<'a>) -> impl Iterator<Item = &'a [u8]> + Clone {
         Request::MetaSet(set) => (plain(&set.key), None),
         Request::MetaDelete(delete) => (plain(&delete.key), None),
         Request::MetaArithmetic(arithmetic) => (plain(&arithmetic.key), None),
+        Request::MetaDebug(debug) => (plain(&debug.key), None),
         _ => (None, None),
     };
     one.into_iter().chain(many.into_iter().flatten())
