@@ -67,7 +67,8 @@ pub struct Config {
     /// values are read from the segment files.
     pub cache_bytes_max: u64,
     /// Number of keydir partitions, each behind its own lock. Rounded up to
-    /// a power of two.
+    /// a power of two, and at most 65,536 (so that the partition bits stay
+    /// clear of the bits each table compares before reading an entry).
     pub partitions: usize,
     /// A sealed segment is compacted once this fraction of its bytes is dead
     /// (or, while the segment files hold more than 1.5x the live bytes, one

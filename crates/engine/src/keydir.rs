@@ -425,10 +425,15 @@ pub struct Keydir {
 /// (a wait for memory each) until it came to the key's own.
 const PARTITION_BITS_ROTATION: u32 = 32;
 
+/// Most partitions a keydir has: its partition bits then stay clear of the
+/// tables' control bytes (the top 7 bits; see [`PARTITION_BITS_ROTATION`]).
+pub(crate) const PARTITIONS_MAX: usize = 1 << 16;
+
 impl Keydir {
-    /// A keydir with `partitions` (rounded up to a power of two) partitions.
+    /// A keydir with `partitions` partitions, rounded up to a power of two,
+    /// at least 1 and at most [`PARTITIONS_MAX`].
     pub fn new(partitions: usize) -> Keydir {
-        let count = partitions.max(1).next_power_of_two();
+        let count = partitions.clamp(1, PARTITIONS_MAX).next_power_of_two();
         Keydir {
             partitions: (0..count).map(|_| RwLock::new(Table::new())).collect(),
             may_expire: (0..count).map(|_| AtomicBool::new(false)).collect(),
@@ -567,6 +572,13 @@ mod tests {
         entry.replace(None, 11, 4, 160, 5, 0, 0, false);
         assert_eq!(entry.cached_value(), None);
         assert_eq!(entry.value_len(), 5);
+    }
+
+    #[test]
+    fn the_partition_count_is_a_power_of_two_within_bounds() {
+        assert_eq!(Keydir::new(0).len(), 1);
+        assert_eq!(Keydir::new(200).len(), 256);
+        assert_eq!(Keydir::new(usize::MAX).len(), PARTITIONS_MAX);
     }
 
     #[test]
