@@ -69,9 +69,7 @@ pub(crate) fn activate_due_flush_locked(inner: &Inner, now: u32) -> Result<()> {
     let header = Header::flush(seq, 0);
     // Not waited for: every write acknowledged after it makes the log
     // durable past it.
-    let _appended = inner.log.append(header.record_len(), |buf| {
-        crate::record::encode(buf, &header, &[], &[])
-    })?;
+    let _ticket = inner.append_other(&header, &[], &[])?;
     inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
     inner.flush_deadline.store(0, Ordering::Release);
     Ok(())
@@ -192,13 +190,9 @@ fn sweep_expired(inner: &Inner) {
                 return;
             };
             let header = Header::delete(key.len() as u16, seq);
-            let appended = inner.log.append(header.record_len(), |buf| {
-                crate::record::encode(buf, &header, &key, &[])
-            });
-            let Ok((segment, _, _)) = appended else {
+            if inner.append_other(&header, &key, &[]).is_err() {
                 return;
-            };
-            segment.note_seq(seq);
+            }
             let hash = inner.keydir.hash(&key);
             if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
                 let (entry, _) = found.remove();

@@ -199,7 +199,7 @@ impl Inner {
 
     /// Appends a record that is not a put (delete, touch, flush); such
     /// records hold no live bytes.
-    fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
+    pub(crate) fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
         let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
             record::encode(buf, header, key, value)
         })?;
