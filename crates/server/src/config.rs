@@ -19,8 +19,7 @@ pub struct ServerConfig {
     pub port: u16,
     /// Most concurrent client connections.
     pub max_connections: usize,
-    /// Worker threads serving connections, each with its own runtime; the
-    /// thread that starts the server is the first, and also accepts them.
+    /// Worker threads serving connections.
     pub threads: usize,
     /// Memory for cached values, in MiB.
     pub memory_limit_mb: u64,

@@ -4,16 +4,16 @@
 //! # Threads and tasks
 //!
 //! ```text
-//!  `threads` workers, a runtime each            engine threads
+//!  tokio runtime (`threads` workers)            engine threads
 //!  ┌──────────────────────────────────┐        ┌──────────────────────┐
-//!  │ first worker: accept loop, which │        │ larder-sync: write + │
-//!  │  hands each connection to the    │ commit │ fdatasync, wakes     │
-//!  │  least busy worker; shutdown     │ ─────> │ committers (group    │
-//!  │                                  │        │ commit)              │
-//!  │ connection task (one per client, │        │ larder-compact: hint │
-//!  │  on its worker for life):        │        │ files, compaction    │
-//!  │  read -> parse -> engine call -> │        │ larder-maint: expiry,│
-//!  │  commit_async(ticket) -> write   │        │ flush, value cache   │
+//!  │ accept task ── spawns ──┐        │        │ larder-sync: write + │
+//!  │                         v        │ commit │ fdatasync, wakes     │
+//!  │ connection task (one per client):│ ─────> │ committers (group    │
+//!  │  read -> parse -> engine call -> │        │ commit)              │
+//!  │  commit_async(ticket) -> write   │        │ larder-compact: hint │
+//!  │                                  │        │ files, compaction    │
+//!  │ signal task: SIGTERM/SIGINT ->   │        │ larder-maint: expiry,│
+//!  │  stop accepting, drain, sync     │        │ flush, value cache   │
 //!  │                                  │ idle   │                      │
 //!  │ worker about to park ────────────│ ─────> │ larder-sync: may let │
 //!  │                                  │        │ a group fill first   │
@@ -27,9 +27,7 @@
 //! [`IdleSignal`](larder_engine::IdleSignal) before it parks: under
 //! `always`, while no worker has, the sync thread lets the next group
 //! commit gather more committers ([`serve_until`]). The sync thread runs
-//! as a batch thread: its wake-ups do not preempt a busy worker. Why each
-//! worker has a runtime of its own, rather than sharing one that moves
-//! tasks between them, is in the `workers` module.
+//! as a batch thread: its wake-ups do not preempt a busy worker.
 //!
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
@@ -41,7 +39,6 @@ mod meta;
 mod session;
 pub mod stats;
 mod text;
-mod workers;
 
 pub use config::{ConfigError, ConfigFile, ServerConfig};
 
@@ -54,7 +51,6 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use workers::Workers;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +79,6 @@ pub enum ServerError {
 pub struct Server {
     shared: Arc<Shared>,
     listener: TcpListener,
-    workers: Workers,
 }
 
 /// What to do about damage that stops a start.
@@ -119,11 +114,7 @@ impl Server {
             config,
             limits,
         });
-        Ok(Server {
-            shared,
-            listener,
-            workers: Workers::new(vec![tokio::runtime::Handle::current()]),
-        })
+        Ok(Server { shared, listener })
     }
 
     /// The address the server listens on (useful with port 0).
@@ -137,11 +128,7 @@ impl Server {
     /// connections finish the requests they have read (for at most
     /// [`limits::SHUTDOWN_GRACE`]), and syncs and closes the engine.
     pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
-        let Server {
-            shared,
-            listener,
-            workers,
-        } = self;
+        let Server { shared, listener } = self;
         let (stop_sender, stop) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut connections = JoinSet::new();
@@ -151,7 +138,7 @@ impl Server {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => {
                     let Ok((stream, _)) = accepted else { continue };
-                    accept(stream, &shared, &workers, &permits, &stop, &mut connections);
+                    accept(stream, &shared, &permits, &stop, &mut connections);
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
@@ -199,7 +186,6 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn accept(
     stream: tokio::net::TcpStream,
     shared: &Arc<Shared>,
-    workers: &Workers,
     permits: &Arc<Semaphore>,
     stop: &watch::Receiver<bool>,
     connections: &mut JoinSet<()>,
@@ -216,33 +202,23 @@ fn accept(
         });
         return;
     };
-    // The worker's own runtime must watch the socket, so it moves there.
-    let Ok(stream) = stream.into_std() else {
-        return;
-    };
-    let (worker, assignment) = workers.assign();
     stats.total_connections.fetch_add(1, Ordering::Relaxed);
     stats.curr_connections.fetch_add(1, Ordering::Relaxed);
     let open = Open {
         shared: Arc::clone(shared),
-        _assignment: assignment,
         _permit: permit,
     };
     let stop = stop.clone();
-    let serve = async move {
-        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-            connection::serve(stream, Arc::clone(&open.shared), stop).await;
-        }
+    connections.spawn(async move {
+        connection::serve(stream, Arc::clone(&open.shared), stop).await;
         drop(open);
-    };
-    connections.spawn_on(serve, worker);
+    });
 }
 
 /// What an open connection holds: given back when its task ends, however
-/// it ends (closed, failed, or aborted at shutdown).
+/// it ends (closed, or aborted at shutdown).
 struct Open {
     shared: Arc<Shared>,
-    _assignment: workers::Assignment,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -255,43 +231,44 @@ impl Drop for Open {
     }
 }
 
-/// Runs a server with `config` until SIGTERM or SIGINT (see [`serve_until`]).
+/// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
 /// `on_ready` is called with the bound address once it accepts connections.
 pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
     serve_until(config, on_ready, termination())
 }
 
-/// Runs a server with `config` until `shutdown` resolves, on `threads`
-/// workers (see the `workers` module): this thread is the first, and it
-/// also accepts connections. `on_ready` is called with the bound address
-/// once the server accepts connections.
+/// Runs a server with `config` on a new runtime until `shutdown` resolves.
+/// `on_ready` is called with the bound address once it accepts connections.
 ///
-/// Each worker reports to the engine whenever it finds no task to run and
-/// is about to park (before it polls for I/O), so that under `always` a
-/// group commit waits, while the workers stay busy, for the committers they
-/// may be about to bring (see [`larder_engine::IdleSignal`]; at most as long
-/// as the previous sync round took, and 2 ms).
+/// Each of the runtime's workers reports to the engine whenever it finds
+/// no task to run and is about to park (before it polls for I/O), so that
+/// under `always` a group commit waits, while the workers stay busy, for
+/// the committers they may be about to bring (see
+/// [`larder_engine::IdleSignal`]; at most as long as the previous sync
+/// round took, and 2 ms).
 pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    config.validate()?;
     let idle = Arc::new(larder_engine::IdleSignal::default());
-    let runtime = workers::runtime(&idle).map_err(ServerError::Runtime)?;
-    let (threads, mut handles) = workers::Threads::start(config.threads.saturating_sub(1), &idle)
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .thread_name("larder-worker")
+        .on_thread_park({
+            let idle = Arc::clone(&idle);
+            move || idle.report()
+        })
+        .enable_all()
+        .build()
         .map_err(ServerError::Runtime)?;
-    handles.insert(0, runtime.handle().clone());
-    let served = runtime.block_on(async move {
-        let mut server = Server::bind(config).await?;
-        server.workers = Workers::new(handles);
+    runtime.block_on(async move {
+        let server = Server::bind(config).await?;
         let attached = server.engine().attach_idle_signal(idle);
         assert!(attached, "a new engine has no idle signal yet");
         on_ready(server.local_addr());
         server.run_until(shutdown).await
-    });
-    drop(threads); // stops them and waits for them
-    served
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.
