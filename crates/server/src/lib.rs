@@ -231,6 +231,14 @@ impl Drop for Open {
     }
 }
 
+/// Ready connections a worker takes from one poll for I/O events: as many
+/// as its own task queue holds.
+const IO_EVENTS_PER_POLL_MAX: usize = 256;
+
+/// Ready connections a worker that still has tasks to run takes from one
+/// poll.
+const IO_EVENTS_PER_BUSY_POLL_MAX: usize = 64;
+
 /// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
 /// `on_ready` is called with the bound address once it accepts connections.
 pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
@@ -246,6 +254,16 @@ pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()
 /// the committers they may be about to bring (see
 /// [`larder_engine::IdleSignal`]; at most as long as the previous sync
 /// round took, and 2 ms).
+///
+/// A worker's poll for I/O events puts every connection it finds ready on
+/// that worker's own queue, which holds 256 tasks; past that they spill
+/// into the runtime's shared queue, where they wait longest. So a poll
+/// takes at most [`IO_EVENTS_PER_POLL_MAX`] events (tokio's default is
+/// 1024), and a worker that still has tasks to run takes at most
+/// [`IO_EVENTS_PER_BUSY_POLL_MAX`], leaving the rest in the kernel until it
+/// (or the other worker) polls again, so the connections it has already
+/// found are served first (BENCHMARKS.md, "Gets' p99 at 500 connections
+/// and tokio's shared queue").
 pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
@@ -255,6 +273,8 @@ pub fn serve_until(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)
         .thread_name("larder-worker")
+        .max_io_events_per_tick(IO_EVENTS_PER_POLL_MAX)
+        .max_io_events_per_busy_tick(IO_EVENTS_PER_BUSY_POLL_MAX)
         .on_thread_park({
             let idle = Arc::clone(&idle);
             move || idle.report()
