@@ -231,8 +231,9 @@ impl Drop for Open {
     }
 }
 
-/// Ready connections a worker takes from one poll for I/O events: as many
-/// as its own task queue holds.
+/// Ready connections a worker takes from one poll for I/O events: at most
+/// as many as its own task queue holds, which is empty when it polls this
+/// way (idle, about to wait).
 const IO_EVENTS_PER_POLL_MAX: usize = 256;
 
 /// Ready connections a worker that still has tasks to run takes from one
@@ -256,14 +257,14 @@ pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<()
 /// round took, and 2 ms).
 ///
 /// A worker's poll for I/O events puts every connection it finds ready on
-/// that worker's own queue, which holds 256 tasks; past that they spill
-/// into the runtime's shared queue, where they wait longest. So a poll
-/// takes at most [`IO_EVENTS_PER_POLL_MAX`] events (tokio's default is
-/// 1024), and a worker that still has tasks to run takes at most
-/// [`IO_EVENTS_PER_BUSY_POLL_MAX`], leaving the rest in the kernel until it
-/// (or the other worker) polls again, so the connections it has already
-/// found are served first (BENCHMARKS.md, "Gets' p99 at 500 connections
-/// and tokio's shared queue").
+/// that worker's own queue, which holds 256 tasks; past that the older half
+/// spills into the runtime's shared queue, where they wait longest. So a
+/// poll takes at most [`IO_EVENTS_PER_POLL_MAX`] events (tokio's default is
+/// 1024), and a poll that does not wait (a worker that still has tasks to
+/// run, or one whose timer is already due) at most
+/// [`IO_EVENTS_PER_BUSY_POLL_MAX`]. The rest stay ready in the kernel for
+/// the next poll, by either worker, so the connections already found are
+/// served first (BENCHMARKS.md, "Fewer ready connections per poll").
 pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
