@@ -178,11 +178,13 @@ impl Connection {
             if close {
                 return Processed::Close(End::Done);
             }
-            if consumed < at || self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
-                // The rest is parsed again once the replies are sent.
-                continue;
+            if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                // Whatever of the window is left is parsed again once the
+                // replies are sent.
+                return Processed::OutputFull;
             }
-            // What ended the window is now at the front.
+            // Every request of the window was handled: what ended it is now
+            // at the front.
             match stop {
                 None => {}
                 Some(Stop::Incomplete(frame_bytes)) => {
