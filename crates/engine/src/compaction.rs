@@ -20,7 +20,7 @@
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
-use crate::fs::join;
+use crate::fs::{join, WriteBack};
 use crate::hint::{self, HintWriter};
 use crate::keydir::{self, Keydir};
 use crate::log::create_segment;
@@ -267,6 +267,9 @@ struct Output {
     pending: Vec<Pending>,
     groups: ByPartition,
     hint: HintWriter,
+    /// The output goes to the disk a buffer at a time, not all at its
+    /// sync, which would hold up the log's syncs behind it.
+    write_back: WriteBack,
 }
 
 impl Output {
@@ -287,6 +290,7 @@ impl Output {
             pending: Vec::new(),
             groups: ByPartition::default(),
             hint: HintWriter::new(),
+            write_back: WriteBack::default(),
         })
     }
 
@@ -309,9 +313,10 @@ impl Output {
     /// Writes the buffer to the file, then switches the keys copied so far.
     fn write_and_switch(&mut self, inner: &Inner) -> Result<()> {
         if !self.buffer.is_empty() {
-            self.segment
-                .file
-                .write_all_at(&self.buffer, self.written)
+            let file = &*self.segment.file;
+            let len = self.buffer.len() as u64;
+            file.write_all_at(&self.buffer, self.written)
+                .and_then(|()| self.write_back.wrote(file, self.written, len))
                 .map_err(|e| Error::io(format!("writing {}", self.segment.path.display()), e))?;
             inner
                 .counters

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{config, open, set, value};
-use larder_engine::fs::MemFs;
+use larder_engine::fs::{FaultKind, MemFs};
 use larder_engine::{Clock, Durability};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -337,4 +337,65 @@ fn segments_of_many_thousands_of_records_keep_exactly_their_live_ones() {
         let wanted = if key % 6 == 3 { None } else { expected(key) };
         assert_eq!(found, wanted, "key{key}: the touches' expiry survived");
     }
+}
+
+/// Loads `keys` values of a kilobyte, then overwrites the first three
+/// quarters of the first segment's keys: that segment's live records make
+/// a compaction output of several megabytes.
+fn load_kilobyte_values(engine: &larder_engine::Engine, keys: usize) -> Vec<Vec<u8>> {
+    let names: Vec<Vec<u8>> = (0..keys)
+        .map(|key| format!("k{key}").into_bytes())
+        .collect();
+    let kilobyte = |key: usize, round: usize| {
+        let mut value = format!("{key}:{round}:").into_bytes();
+        value.resize(1000, b'.');
+        value
+    };
+    for (key, name) in names.iter().enumerate() {
+        set(engine, name, &kilobyte(key, 0));
+    }
+    for (key, name) in names.iter().enumerate().take(keys * 3 / 10) {
+        set(engine, name, &kilobyte(key, 1));
+    }
+    names
+}
+
+/// A compaction output of several megabytes goes to the disk a megabyte at
+/// a time, each piece waited for once the next is written, rather than all
+/// at its sync (where it would hold up the log's small syncs behind it);
+/// and a failed write-back fails the pass like a failed sync, losing
+/// nothing.
+#[test]
+fn a_large_compaction_output_is_written_back_a_piece_at_a_time() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::Always);
+    config.segment_bytes_max = 16 << 20;
+    let engine = open(&fs, &config, &clock);
+    let names = load_kilobyte_values(&engine, 40_000);
+    let before = common::contents(&engine, &names);
+    let stats = engine.stats();
+    let first = &stats.segment_details[0];
+    assert!(first.sealed && first.live_bytes >= 3 << 20, "{first:?}");
+
+    // A write-back that fails part way: the pass fails, nothing is lost.
+    fs.inject_nth(FaultKind::EioOnSync, 3);
+    let failed = engine.compact_now(0.5);
+    fs.clear_faults();
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(common::contents(&engine, &names), before);
+
+    let waits = fs.write_back_waits();
+    let compacted = engine.compact_now(0.5).unwrap();
+    assert!(compacted >= 1);
+    let written = engine.stats().compaction_bytes_written;
+    let pieces = written / (1 << 20);
+    assert!(pieces >= 3, "{written} bytes written by compaction");
+    // Every piece but the last is waited for; the hints add their own.
+    let waited = fs.write_back_waits() - waits;
+    assert!(waited + 1 >= pieces, "{waited} waits for {written} bytes");
+    assert_eq!(common::contents(&engine, &names), before);
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(common::contents(&engine, &names), before);
 }

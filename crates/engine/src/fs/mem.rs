@@ -66,7 +66,8 @@ pub enum FaultKind {
     NoSpace,
     /// The disk fails writes: `write_all_at` and `set_len` fail with `EIO`.
     Eio,
-    /// The disk fails flushes: `sync_data` and `sync_dir` fail with `EIO`.
+    /// The disk fails flushes: `sync_data`, `sync_dir` and write-back
+    /// (`start_write_back`, `wait_write_back`) fail with `EIO`.
     ///
     /// A failed `sync_data` makes none of the file's unsynced writes durable,
     /// and, as Linux does, it forgets them: reads still see those bytes, but
@@ -74,6 +75,9 @@ pub enum FaultKind {
     /// durable by the next successful sync, so bytes appended and then lost
     /// this way come back as zeros after a power cut. A failed `sync_dir`
     /// changes nothing; a later successful one makes the entries durable.
+    /// A failed write-back forgets the file's unsynced writes as a failed
+    /// `sync_data` does (Linux forgets only the range's, and reports the
+    /// error once; forgetting more is the harsher test).
     EioOnSync,
 }
 
@@ -150,6 +154,7 @@ struct State {
     faults: Vec<ArmedFault>,
     sync_data_calls: u64,
     sync_dir_calls: u64,
+    write_back_waits: u64,
 }
 
 impl Default for State {
@@ -167,6 +172,7 @@ impl Default for State {
             faults: Vec::new(),
             sync_data_calls: 0,
             sync_dir_calls: 0,
+            write_back_waits: 0,
         }
     }
 }
@@ -675,6 +681,12 @@ impl MemFs {
     pub fn sync_dir_calls(&self) -> u64 {
         self.state.lock().sync_dir_calls
     }
+
+    /// How many times `wait_write_back` was called on a live handle,
+    /// whether it failed or not.
+    pub fn write_back_waits(&self) -> u64 {
+        self.state.lock().write_back_waits
+    }
 }
 
 impl Fs for MemFs {
@@ -838,6 +850,16 @@ impl MemFile {
         }
         Ok(state)
     }
+
+    /// An armed sync fault fails a write-back and forgets the file's
+    /// unsynced writes, as a failed sync does.
+    fn write_back_fault(&self, state: &mut State) -> io::Result<()> {
+        if let Err(error) = state.check_fault(Op::Sync) {
+            state.node_mut(self.id).drop_dirty();
+            return Err(error);
+        }
+        Ok(())
+    }
 }
 
 impl FsFile for MemFile {
@@ -880,6 +902,20 @@ impl FsFile for MemFile {
         }
         state.node_mut(self.id).sync();
         Ok(())
+    }
+
+    /// Nothing to write: the bytes are already where reads see them. Can
+    /// fail as a sync does, forgetting the unsynced writes.
+    fn start_write_back(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        let mut state = self.state(false)?;
+        self.write_back_fault(&mut state)
+    }
+
+    /// As [`MemFile::start_write_back`], counted.
+    fn wait_write_back(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        let mut state = self.state(false)?;
+        state.write_back_waits += 1;
+        self.write_back_fault(&mut state)
     }
 
     fn len(&self) -> io::Result<u64> {

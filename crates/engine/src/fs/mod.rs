@@ -72,6 +72,57 @@ pub trait FsFile: Send + Sync {
     fn map_reserved_writes(&self, enabled: bool) {
         let _ = enabled;
     }
+    /// Starts writing the range's unwritten pages to the disk, without
+    /// waiting. Not a sync: nothing is durable until [`FsFile::sync_data`].
+    /// For [`WriteBack`]; the default does nothing.
+    ///
+    /// An error means what a failed [`FsFile::sync_data`] means: the
+    /// range's writes may be lost, and a later sync need not say so.
+    fn start_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+    /// Writes the range's unwritten pages to the disk and waits until they
+    /// are written, including any write-back already started. Not a sync
+    /// either (no cache flush, no metadata), and its errors mean the same as
+    /// [`FsFile::start_write_back`]'s. The default does nothing.
+    fn wait_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
+}
+
+/// Bytes handed to the disk at a time by [`WriteBack`] and [`write_synced`].
+pub(crate) const WRITE_BACK_CHUNK: usize = 1 << 20;
+
+/// Hands a file that is being written front to back, in pieces, to the
+/// disk piece by piece: each piece is started as soon as it is written,
+/// and the one before it waited for.
+///
+/// Without it, a file of many megabytes reaches the disk all at once, at
+/// its `fdatasync` (or whenever the OS flushes it), and the disk's queue
+/// then holds all of it: a small sync issued meanwhile, such as the log's
+/// under `always`, waits behind the whole file. On the benchmark machine's
+/// disk, a 4 KiB write's `fdatasync` took 10-21 ms at worst while 16 MiB
+/// were written and synced next to it, and 2.3-7 ms with the 16 MiB paced
+/// a megabyte at a time (about 85 µs alone). Paced this way, at most two
+/// pieces are in the queue, and the file's final sync has little left to
+/// write.
+#[derive(Debug, Default)]
+pub(crate) struct WriteBack {
+    /// The piece started last and not yet waited for: offset and length.
+    started: Option<(u64, u64)>,
+}
+
+impl WriteBack {
+    /// Call after writing `len` bytes of `file` at `offset`.
+    pub(crate) fn wrote(&mut self, file: &dyn FsFile, offset: u64, len: u64) -> io::Result<()> {
+        file.start_write_back(offset, len)?;
+        if let Some((offset, len)) = self.started.replace((offset, len)) {
+            file.wait_write_back(offset, len)?;
+        }
+        Ok(())
+    }
 }
 
 /// A file system: the operations on names the engine needs.
@@ -108,11 +159,18 @@ pub fn read_all(fs: &dyn Fs, path: &Path) -> io::Result<Vec<u8>> {
 }
 
 /// Creates `path` (replacing any file there) holding `bytes`, synced. The
-/// caller syncs the directory once the name matters.
+/// caller syncs the directory once the name matters. Written in pieces
+/// handed to the disk as they go ([`WriteBack`]).
 pub(crate) fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let _ = fs.remove(path);
     let file = fs.create(path)?;
-    file.write_all_at(bytes, 0)?;
+    let mut write_back = WriteBack::default();
+    let mut offset = 0u64;
+    for piece in bytes.chunks(WRITE_BACK_CHUNK) {
+        file.write_all_at(piece, offset)?;
+        write_back.wrote(&*file, offset, piece.len() as u64)?;
+        offset += piece.len() as u64;
+    }
     file.sync_data()
 }
 
