@@ -11,7 +11,10 @@
 //! output without its hint is discarded at open; tombstones are kept while
 //! any other segment may still hold an older put of their key; and the log
 //! is synced before old files are removed, so the newer records that made
-//! the dropped ones dead are durable first.
+//! the dropped ones dead are durable first. Removing means renaming to a
+//! temporary name, which recovery never reads and deletes at the next
+//! open; the file itself is deleted later, a step at a time, once no
+//! reader holds its segment ([`release_removed`]).
 //!
 //! One compaction runs at a time (`Inner::compaction_lock`). It checks and
 //! switches keys in batches, grouped by keydir partition: each taking of a
@@ -27,6 +30,7 @@ use crate::log::create_segment;
 use crate::record::{self, Header, Kind};
 use crate::scan::scan_sealed;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,11 +57,27 @@ const SPACE_DEAD_RATIO_MIN: f64 = 0.25;
 /// (64 MiB segments, 131 MiB live) at such moments.
 const GROUP_SEGMENT_FRACTION: u64 = 4;
 
+/// A removed segment's file is cut by this much at a time before it is
+/// deleted (see [`release_removed`]).
+const RELEASE_STEP: u64 = 1 << 20;
+
+/// A segment compaction removed: its files renamed to temporary names
+/// (which the next open deletes, and recovery never reads), their blocks
+/// not yet freed. `segment` is the registry's handle, kept to tell when
+/// the last reader that looked the segment up before its removal is done.
+pub(crate) struct Removed {
+    segment: Arc<Segment>,
+    files: Vec<PathBuf>,
+}
+
 /// The compactor thread's body; returns at shutdown.
 pub fn compactor_loop(inner: &Inner) {
     while !inner.shutdown.load(Ordering::Acquire) {
         if let Err(error) = write_pending_hints(inner) {
             tracing::error!(%error, "writing hint files");
+        }
+        if let Err(error) = release_removed(inner) {
+            tracing::error!(%error, "freeing removed segments (the next open deletes them)");
         }
         let ratio = inner.config.compaction_dead_ratio_min;
         // Space relief also runs when the pass freed nothing: a segment
@@ -678,24 +698,78 @@ fn pending_flush(header: &Header, flush_seq: u64) -> Option<Header> {
     })
 }
 
-/// Removes a compacted segment and its hint.
-fn remove_segment(inner: &Inner, segment: &Segment) -> Result<()> {
+/// Takes `segment` out of the engine: out of the registry, and its files
+/// (the segment and its hint) renamed to temporary names, durably, so no
+/// later open reads them. Their blocks are freed later, by
+/// [`release_removed`].
+fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
     inner.segments.remove(segment.id);
     let dir = &inner.config.dir;
-    let hint = join(dir, &segment::hint_name(segment.id));
+    let doomed = |name: &str| join(dir, &format!("{name}.removed.tmp"));
+    let renamed = doomed(&segment::segment_name(segment.id));
     inner
         .fs
-        .remove(&segment.path)
+        .rename(&segment.path, &renamed)
         .map_err(|e| Error::io(format!("removing {}", segment.path.display()), e))?;
-    if let Err(error) = inner.fs.remove(&hint) {
-        if error.kind() != std::io::ErrorKind::NotFound {
-            return Err(Error::io(format!("removing {}", hint.display()), error));
-        }
+    let mut files = vec![renamed];
+    let hint_name = segment::hint_name(segment.id);
+    let hint = join(dir, &hint_name);
+    match inner.fs.rename(&hint, &doomed(&hint_name)) {
+        Ok(()) => files.push(doomed(&hint_name)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(Error::io(format!("removing {}", hint.display()), error)),
     }
     inner
         .fs
         .sync_dir(dir)
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    inner.removed_segments.lock().push(Removed {
+        segment: Arc::clone(segment),
+        files,
+    });
+    Ok(())
+}
+
+/// Deletes the files of removed segments that no reader holds any more,
+/// each cut [`RELEASE_STEP`] at a time from its end first.
+///
+/// Why not delete at once: on a file system mounted with `discard`,
+/// deleting a file trims all its blocks there and then, and the disk's
+/// other requests wait behind the trim. On the benchmark machine deleting
+/// a 64 MiB segment took 30 ms and held a 4 KiB `fdatasync` next to it for
+/// 26 ms (the log's sync under `always`: every write waiting on it waited
+/// that long); cut a megabyte at a time, the same sync waited 2 ms at
+/// worst. And why not cut a file while it is still shared: a reader that
+/// looked its segment up before the removal may still be reading it.
+pub(crate) fn release_removed(inner: &Inner) -> Result<()> {
+    let unshared: Vec<Removed> = {
+        let mut removed = inner.removed_segments.lock();
+        let (unshared, shared) = std::mem::take(&mut *removed)
+            .into_iter()
+            .partition(|removed| Arc::strong_count(&removed.segment) == 1);
+        *removed = shared;
+        unshared
+    };
+    for Removed { segment, files } in unshared {
+        drop(segment);
+        for path in files {
+            release_file(inner, &path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the file at `path` down [`RELEASE_STEP`] at a time, then deletes it.
+fn release_file(inner: &Inner, path: &std::path::Path) -> Result<()> {
+    let io = |e| Error::io(format!("deleting {}", path.display()), e);
+    let file = inner.fs.open(path, true).map_err(io)?;
+    let mut len = file.len().map_err(io)?;
+    while len > 0 {
+        len = len.saturating_sub(RELEASE_STEP);
+        file.set_len(len).map_err(io)?;
+    }
+    drop(file);
+    inner.fs.remove(path).map_err(io)
 }
 
 #[cfg(test)]

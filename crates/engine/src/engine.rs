@@ -62,6 +62,9 @@ pub(crate) struct Inner {
     pub cache_hand: AtomicUsize,
     /// Serialises compaction with itself (and with tests' `compact_now`).
     pub compaction_lock: Mutex<()>,
+    /// Segments compaction has removed whose blocks are not yet freed (see
+    /// [`crate::compaction::release_removed`]).
+    pub removed_segments: Mutex<Vec<crate::compaction::Removed>>,
     /// One maintenance round at a time (the maintenance thread's and
     /// `Engine::maintain_now`'s): healing the log and trimming the cache
     /// must not interleave, or a trim could drop a value whose record heal
@@ -238,11 +241,14 @@ impl Engine {
     }
 
     /// Runs one compaction pass now on segments whose dead fraction is at
-    /// least `dead_ratio_min`, and writes missing hint files. Returns the
+    /// least `dead_ratio_min`, and writes missing hint files; then deletes
+    /// the files of removed segments that no reader holds. Returns the
     /// number of segments compacted.
     pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
         crate::compaction::write_pending_hints(&self.inner)?;
-        crate::compaction::compact_pass(&self.inner, dead_ratio_min)
+        let compacted = crate::compaction::compact_pass(&self.inner, dead_ratio_min)?;
+        crate::compaction::release_removed(&self.inner)?;
+        Ok(compacted)
     }
 
     /// Runs the maintenance work (delayed flushes, reclaiming flushed and
@@ -266,6 +272,9 @@ impl Engine {
         self.inner.log.shutdown();
         for thread in self.threads.lock().drain(..) {
             let _ = thread.join();
+        }
+        if let Err(error) = crate::compaction::release_removed(&self.inner) {
+            tracing::error!(%error, "freeing removed segments (the next open deletes them)");
         }
         if self.inner.log.sync_failure().is_some() {
             return Ok(());

@@ -295,6 +295,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         expiry_hand: AtomicUsize::new(0),
         cache_hand: AtomicUsize::new(0),
         compaction_lock: Mutex::new(()),
+        removed_segments: Mutex::new(Vec::new()),
         maintenance_lock: Mutex::new(()),
         flush_activation: Mutex::new(()),
         recovery: report,

@@ -193,7 +193,9 @@ fn replace(
 ) -> Result<()> {
     let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
     let kept = keep_original(fs, dir, path, original)?;
-    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
     write_synced(fs, &tmp, &cleaned.bytes).map_err(|e| io("writing", &tmp, e))?;
     if has_hint {
         hint::install(fs, dir, id, &hint_of(id, &cleaned.bytes))?;

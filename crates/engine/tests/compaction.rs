@@ -399,3 +399,51 @@ fn a_large_compaction_output_is_written_back_a_piece_at_a_time() {
     let engine = open(&fs, &config, &clock);
     assert_eq!(common::contents(&engine, &names), before);
 }
+
+/// A segment compaction removed is renamed out of the way, durably, and
+/// its file deleted afterwards (cut a step at a time); if the deletion
+/// fails, the leftover is never read and the next open deletes it.
+#[test]
+fn a_removed_segment_is_deleted_after_compaction_or_else_at_the_next_open() {
+    let leftovers = |fs: &MemFs| -> Vec<String> {
+        fs.file_names(std::path::Path::new("/data"))
+            .into_iter()
+            .filter(|name| name.ends_with(".tmp"))
+            .collect()
+    };
+    let clock = Clock::system();
+    let mut config = config(Durability::Always);
+    config.segment_bytes_max = 4096;
+    let keys = 200;
+
+    let fs = MemFs::new();
+    let engine = open(&fs, &config, &clock);
+    load_then_overwrite_most(&engine, keys);
+    let before = engine.stats().disk_bytes;
+    assert!(engine.compact_now(0.5).unwrap() >= 2);
+    assert!(engine.stats().disk_bytes < before);
+    assert_eq!(leftovers(&fs), Vec::<String>::new());
+    assert_loaded_then_overwritten(&engine, keys);
+
+    let mut deletions_failed = 0;
+    for n in 1..200 {
+        let fs = MemFs::new();
+        let engine = open(&fs, &config, &clock);
+        load_then_overwrite_most(&engine, keys);
+        fs.inject_nth(FaultKind::Eio, n);
+        let result = engine.compact_now(0.5);
+        fs.clear_faults();
+        let Err(error) = result else { break };
+        assert_loaded_then_overwritten(&engine, keys);
+        if !error.to_string().contains("deleting") {
+            continue;
+        }
+        deletions_failed += 1;
+        assert!(!leftovers(&fs).is_empty(), "{error}");
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(leftovers(&fs), Vec::<String>::new());
+        assert_loaded_then_overwritten(&engine, keys);
+    }
+    assert!(deletions_failed >= 1, "no failure point fell in a deletion");
+}
