@@ -74,7 +74,8 @@ pub trait FsFile: Send + Sync {
     }
     /// Starts writing the range's unwritten pages to the disk, without
     /// waiting. Not a sync: nothing is durable until [`FsFile::sync_data`].
-    /// For [`WriteBack`]; the default does nothing.
+    /// For writing a large file back a piece at a time as it is written;
+    /// the default does nothing.
     ///
     /// An error means what a failed [`FsFile::sync_data`] means: the
     /// range's writes may be lost, and a later sync need not say so.
