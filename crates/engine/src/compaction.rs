@@ -102,13 +102,16 @@ pub fn compactor_loop(inner: &Inner) {
 /// Writes a hint file for every sealed segment that lacks one.
 pub fn write_pending_hints(inner: &Inner) -> Result<()> {
     // Not while a pass runs: its output is sealed from the start but gets
-    // its hint only when finished. (An output whose hint failed to install
-    // does get one here, on the next round, so it is not discarded at the
-    // next open while keys point at it.)
+    // its hint only when finished. Nor for an output whose pass failed
+    // (see `Segment::abandoned`): a hint would keep it at the next open,
+    // and it may not be durable.
     let _guard = inner.compaction_lock.lock();
     let _ = inner.log.take_sealed();
     for segment in inner.segments.all() {
-        if segment.sealed.load(Ordering::Acquire) && !segment.has_hint.load(Ordering::Acquire) {
+        if segment.sealed.load(Ordering::Acquire)
+            && !segment.has_hint.load(Ordering::Acquire)
+            && !segment.abandoned.load(Ordering::Acquire)
+        {
             let mut hint = HintWriter::new();
             let len = segment.len_bytes.load(Ordering::Acquire);
             scan_sealed(&segment, |offset, header, bytes| {
@@ -152,7 +155,30 @@ struct Compacted {
 
 fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    compact_groups(inner, &candidates(inner, dead_ratio_min))
+    let recopied = recopy_abandoned(inner)?;
+    let done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
+    Ok(Compacted {
+        segments: recopied.segments + done.segments,
+        freed_bytes: recopied.freed_bytes + done.freed_bytes,
+    })
+}
+
+/// Copies the live records of outputs whose pass failed (see
+/// `Segment::abandoned`) into new outputs, made durable as any, and removes
+/// the failed ones. Runs before any other compaction, and a failure stops
+/// the pass: until then the failed outputs' sources must stay, since they
+/// hold the only durable copy of what was switched.
+fn recopy_abandoned(inner: &Inner) -> Result<Compacted> {
+    let abandoned: Vec<Arc<Segment>> = inner
+        .segments
+        .all()
+        .into_iter()
+        .filter(|segment| segment.abandoned.load(Ordering::Acquire))
+        .collect();
+    if abandoned.is_empty() {
+        return Ok(Compacted::default());
+    }
+    compact_groups(inner, &abandoned)
 }
 
 /// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
@@ -160,6 +186,7 @@ fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
 /// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
+    recopy_abandoned(inner)?;
     let all = inner.segments.all();
     let live: u64 = all
         .iter()
@@ -244,18 +271,12 @@ fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacte
 /// then removes the group. Returns the new segment's length (0 if nothing
 /// needed copying).
 fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
-    let all = inner.segments.all();
-    let mut output = Output::new(inner)?;
-    for segment in group {
-        let min_seq_elsewhere = all
-            .iter()
-            .filter(|other| other.id != segment.id)
-            .map(|other| other.min_seq.load(Ordering::Acquire))
-            .min()
-            .unwrap_or(u64::MAX);
-        compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
-    }
-    let copied = output.finish(inner)?;
+    let output = Output::new(inner)?;
+    let written = Arc::clone(&output.segment);
+    let copied = copy_group(inner, group, output).inspect_err(|_| {
+        // Keys may point at it already, and it may not be durable.
+        written.abandoned.store(true, Ordering::Release);
+    })?;
     // The records left behind are dead because newer records (a later put,
     // a delete, a flush) replaced them; those may still be only in the log's
     // buffer or the page cache. Make them durable before the old records
@@ -266,6 +287,22 @@ fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
     }
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(copied)
+}
+
+/// Copies what `group` still needs into `output` and makes it durable with
+/// its hint (see [`Output::finish`]).
+fn copy_group(inner: &Inner, group: &[Arc<Segment>], mut output: Output) -> Result<u64> {
+    let all = inner.segments.all();
+    for segment in group {
+        let min_seq_elsewhere = all
+            .iter()
+            .filter(|other| other.id != segment.id)
+            .map(|other| other.min_seq.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
+    }
+    output.finish(inner)
 }
 
 /// A live put copied into the output, waiting to be switched.
@@ -699,19 +736,20 @@ fn pending_flush(header: &Header, flush_seq: u64) -> Option<Header> {
 }
 
 /// Takes `segment` out of the engine: out of the registry, and its files
-/// (the segment and its hint) renamed to temporary names, durably, so no
+/// (its hint, then the segment) renamed to temporary names, durably, so no
 /// later open reads them. Their blocks are freed later, by
 /// [`release_removed`].
+///
+/// The hint goes first: a crash between the two renames then leaves a
+/// segment without a hint, which the next open rescans (or, for a
+/// compaction output, discards; this one's records are all copied or
+/// dead), never a hint without its segment, which a later segment of the
+/// same id (ids restart past the highest segment file) could pick up.
 fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
     inner.segments.remove(segment.id);
     let dir = &inner.config.dir;
     let doomed = |name: &str| join(dir, &format!("{name}.removed.tmp"));
-    let renamed = doomed(&segment::segment_name(segment.id));
-    inner
-        .fs
-        .rename(&segment.path, &renamed)
-        .map_err(|e| Error::io(format!("removing {}", segment.path.display()), e))?;
-    let mut files = vec![renamed];
+    let mut files = Vec::with_capacity(2);
     let hint_name = segment::hint_name(segment.id);
     let hint = join(dir, &hint_name);
     match inner.fs.rename(&hint, &doomed(&hint_name)) {
@@ -719,6 +757,12 @@ fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(Error::io(format!("removing {}", hint.display()), error)),
     }
+    let renamed = doomed(&segment::segment_name(segment.id));
+    inner
+        .fs
+        .rename(&segment.path, &renamed)
+        .map_err(|e| Error::io(format!("removing {}", segment.path.display()), e))?;
+    files.push(renamed);
     inner
         .fs
         .sync_dir(dir)
@@ -750,13 +794,21 @@ pub(crate) fn release_removed(inner: &Inner) -> Result<()> {
         *removed = shared;
         unshared
     };
+    let mut first_error = Ok(());
     for Removed { segment, files } in unshared {
         drop(segment);
         for path in files {
-            release_file(inner, &path)?;
+            // Failing that, deleted at once; failing both, left to the
+            // next open. Either way, on to the rest.
+            if let Err(error) = release_file(inner, &path) {
+                let _ = inner.fs.remove(&path);
+                if first_error.is_ok() {
+                    first_error = Err(error);
+                }
+            }
         }
     }
-    Ok(())
+    first_error
 }
 
 /// Cuts the file at `path` down [`RELEASE_STEP`] at a time, then deletes it.
@@ -775,6 +827,68 @@ fn release_file(inner: &Inner, path: &std::path::Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A segment a reader still holds keeps its file, under its temporary
+    /// name, until the reader lets go: cutting it would cut the reader's
+    /// value.
+    #[test]
+    fn a_removed_segment_a_reader_holds_is_deleted_only_after_the_reader_is_done() {
+        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
+        let fs = crate::fs::MemFs::new();
+        let mut config = Config::new("/data");
+        config.durability = Durability::None;
+        config.background_threads = false;
+        config.segment_bytes_max = 4096;
+        let engine = Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap();
+        let value = [b'v'; 100];
+        for round in 0..2 {
+            for key in 0..100 {
+                let key = format!("key{key}");
+                let (_, ticket) = engine
+                    .store(StoreMode::Set, key.as_bytes(), &value, round, Expiry::Never)
+                    .unwrap();
+                engine.commit(ticket).unwrap();
+            }
+        }
+        let inner = &engine.inner;
+        let first = inner.segments.all().first().map(Arc::clone).unwrap();
+        let removed_name = format!("{}.removed.tmp", segment::segment_name(first.id));
+        let names = || fs.file_names(std::path::Path::new("/data"));
+        assert!(engine.compact_now(0.5).unwrap() >= 1);
+        assert!(inner.segments.get(first.id).is_none(), "compacted");
+        assert!(names().contains(&removed_name), "{:?}", names());
+        assert!(!names().contains(&segment::segment_name(first.id)));
+        // A crash now leaves the file under its temporary name; the next
+        // open deletes it and reads nothing from it.
+        fs.crash_process();
+        drop(first);
+        drop(engine);
+        let mut config = Config::new("/data");
+        config.background_threads = false;
+        config.segment_bytes_max = 4096;
+        let engine = Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap();
+        assert!(!names().contains(&removed_name), "{:?}", names());
+        for key in 0..100 {
+            let item = engine.get(format!("key{key}").as_bytes()).unwrap().unwrap();
+            assert_eq!(item.flags, 1);
+        }
+
+        // Without a crash, the file goes once the reader lets go.
+        let held = engine.inner.segments.all().first().map(Arc::clone).unwrap();
+        for key in 0..100 {
+            let key = format!("key{key}");
+            let (_, ticket) = engine
+                .store(StoreMode::Set, key.as_bytes(), &value, 2, Expiry::Never)
+                .unwrap();
+            engine.commit(ticket).unwrap();
+        }
+        let removed_name = format!("{}.removed.tmp", segment::segment_name(held.id));
+        assert!(engine.compact_now(0.5).unwrap() >= 1);
+        assert!(names().contains(&removed_name), "{:?}", names());
+        drop(held);
+        engine.compact_now(0.5).unwrap();
+        assert!(!names().contains(&removed_name), "{:?}", names());
+    }
 
     #[test]
     fn keys_are_grouped_by_partition_in_runs_of_bounded_length() {

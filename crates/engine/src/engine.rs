@@ -243,7 +243,9 @@ impl Engine {
     /// Runs one compaction pass now on segments whose dead fraction is at
     /// least `dead_ratio_min`, and writes missing hint files; then deletes
     /// the files of removed segments that no reader holds. Returns the
-    /// number of segments compacted.
+    /// number of segments compacted; an error if any step failed, including
+    /// only that deletion (the pass is then done, and the next open
+    /// deletes what is left).
     pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
         crate::compaction::write_pending_hints(&self.inner)?;
         let compacted = crate::compaction::compact_pass(&self.inner, dead_ratio_min)?;

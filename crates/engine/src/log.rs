@@ -144,7 +144,7 @@ impl Segments {
         self.map.write().insert(segment.id, segment);
     }
 
-    /// Forgets a segment (its file is removed by the caller).
+    /// Forgets a segment (what becomes of its file is up to the caller).
     pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
         self.map.write().remove(&id)
     }
@@ -183,10 +183,20 @@ pub fn create_segment(
     let file = fs
         .create(&path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    file.write_all_at(&header.encode(), 0)
-        .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))?;
-    file.sync_data()
-        .map_err(|e| Error::io(format!("syncing {}", path.display()), e))?;
+    let header_synced = file
+        .write_all_at(&header.encode(), 0)
+        .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))
+        .and_then(|()| {
+            file.sync_data()
+                .map_err(|e| Error::io(format!("syncing {}", path.display()), e))
+        });
+    if let Err(error) = header_synced {
+        // Otherwise a later directory sync (the compactor's, say) could make
+        // the name durable without the header, and the next open would
+        // refuse the file unless it happened to be the newest.
+        let _ = fs.remove(&path);
+        return Err(error);
+    }
     fs.sync_dir(dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
     Ok(Arc::new(Segment::new(

@@ -339,72 +339,110 @@ fn segments_of_many_thousands_of_records_keep_exactly_their_live_ones() {
     }
 }
 
-/// Loads `keys` values of a kilobyte, then overwrites the first three
-/// quarters of the first segment's keys: that segment's live records make
-/// a compaction output of several megabytes.
-fn load_kilobyte_values(engine: &larder_engine::Engine, keys: usize) -> Vec<Vec<u8>> {
+/// Loads `keys` values of 4000 bytes into 8 MiB segments, then overwrites
+/// the first 60% of the first segment's keys: that segment's live records
+/// make a compaction output of several megabytes, written a megabyte at a
+/// time.
+fn load_large_values(engine: &larder_engine::Engine, keys: usize) -> Vec<Vec<u8>> {
     let names: Vec<Vec<u8>> = (0..keys)
         .map(|key| format!("k{key}").into_bytes())
         .collect();
-    let kilobyte = |key: usize, round: usize| {
+    let large = |key: usize, round: usize| {
         let mut value = format!("{key}:{round}:").into_bytes();
-        value.resize(1000, b'.');
+        value.resize(4000, b'.');
         value
     };
     for (key, name) in names.iter().enumerate() {
-        set(engine, name, &kilobyte(key, 0));
+        set(engine, name, &large(key, 0));
     }
-    for (key, name) in names.iter().enumerate().take(keys * 3 / 10) {
-        set(engine, name, &kilobyte(key, 1));
+    let first_segment = (8 << 20) / 4050;
+    for (key, name) in names.iter().enumerate().take(first_segment * 6 / 10) {
+        set(engine, name, &large(key, 1));
     }
     names
 }
 
+fn large_values_config() -> larder_engine::Config {
+    let mut config = config(Durability::Always);
+    config.segment_bytes_max = 8 << 20;
+    config
+}
+
 /// A compaction output of several megabytes goes to the disk a megabyte at
 /// a time, each piece waited for once the next is written, rather than all
-/// at its sync (where it would hold up the log's small syncs behind it);
-/// and a failed write-back fails the pass like a failed sync, losing
-/// nothing.
+/// at its sync (where it would hold up the log's small syncs behind it).
 #[test]
 fn a_large_compaction_output_is_written_back_a_piece_at_a_time() {
     let fs = MemFs::new();
     let clock = Clock::system();
-    let mut config = config(Durability::Always);
-    config.segment_bytes_max = 16 << 20;
+    let config = large_values_config();
     let engine = open(&fs, &config, &clock);
-    let names = load_kilobyte_values(&engine, 40_000);
+    let names = load_large_values(&engine, 3000);
     let before = common::contents(&engine, &names);
-    let stats = engine.stats();
-    let first = &stats.segment_details[0];
+    let first = engine.stats().segment_details[0].clone();
     assert!(first.sealed && first.live_bytes >= 3 << 20, "{first:?}");
-
-    // A write-back that fails part way: the pass fails, nothing is lost.
-    fs.inject_nth(FaultKind::EioOnSync, 3);
-    let failed = engine.compact_now(0.5);
-    fs.clear_faults();
-    assert!(failed.is_err(), "{failed:?}");
-    assert_eq!(common::contents(&engine, &names), before);
-
-    let waits = fs.write_back_waits();
-    let compacted = engine.compact_now(0.5).unwrap();
-    assert!(compacted >= 1);
+    assert!(engine.compact_now(0.5).unwrap() >= 1);
     let written = engine.stats().compaction_bytes_written;
     let pieces = written / (1 << 20);
     assert!(pieces >= 3, "{written} bytes written by compaction");
     // Every piece but the last is waited for; the hints add their own.
-    let waited = fs.write_back_waits() - waits;
+    let waited = fs.write_back_waits();
     assert!(waited + 1 >= pieces, "{waited} waits for {written} bytes");
-    assert_eq!(common::contents(&engine, &names), before);
+    assert!(common::contents(&engine, &names) == before, "items changed");
     engine.close().unwrap();
     let engine = open(&fs, &config, &clock);
-    assert_eq!(common::contents(&engine, &names), before);
+    assert!(
+        common::contents(&engine, &names) == before,
+        "items changed at reopen"
+    );
+}
+
+/// A pass that fails after keys were switched to its output (a failed
+/// write-back or sync: the output may never reach the disk) leaves that
+/// output out of every later open, and the next pass copies its records
+/// again before removing anything, so no item is lost, even to a power cut
+/// right after that next pass.
+#[test]
+fn an_output_whose_pass_failed_is_copied_again_before_its_sources_go() {
+    let clock = Clock::system();
+    let config = large_values_config();
+    let mut failed_passes = 0;
+    for n in 1..40 {
+        let fs = MemFs::new();
+        let engine = open(&fs, &config, &clock);
+        let names = load_large_values(&engine, 3000);
+        let before = common::contents(&engine, &names);
+        fs.inject_nth(FaultKind::EioOnSync, n);
+        let failed = engine.compact_now(0.5);
+        fs.clear_faults();
+        if failed.is_ok() {
+            break;
+        }
+        failed_passes += 1;
+        let same = |engine: &larder_engine::Engine| common::contents(engine, &names) == before;
+        assert!(same(&engine), "fault {n}: items changed");
+        // A failed sync of the log itself waits for maintenance to heal it.
+        engine.maintain_now();
+        engine.compact_now(0.5).unwrap();
+        assert!(same(&engine), "fault {n}: items changed by the next pass");
+        fs.power_cut(None);
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert!(
+            same(&engine),
+            "fault {n}: items lost to a power cut after the next pass"
+        );
+    }
+    assert!(failed_passes >= 8, "only {failed_passes} failure points");
 }
 
 /// A segment compaction removed is renamed out of the way, durably, and
-/// its file deleted afterwards (cut a step at a time); if the deletion
-/// fails, the leftover is never read and the next open deletes it.
+/// its file deleted afterwards, cut a step at a time; where cutting it
+/// fails, it is deleted at once and the error reported, with nothing lost
+/// and nothing left behind. (A removed segment's file left by a crash is
+/// deleted at the next open: see the unit tests in `compaction.rs`.)
 #[test]
-fn a_removed_segment_is_deleted_after_compaction_or_else_at_the_next_open() {
+fn a_removed_segment_is_deleted_after_compaction_even_when_cutting_it_fails() {
     let leftovers = |fs: &MemFs| -> Vec<String> {
         fs.file_names(std::path::Path::new("/data"))
             .into_iter()
@@ -425,7 +463,7 @@ fn a_removed_segment_is_deleted_after_compaction_or_else_at_the_next_open() {
     assert_eq!(leftovers(&fs), Vec::<String>::new());
     assert_loaded_then_overwritten(&engine, keys);
 
-    let mut deletions_failed = 0;
+    let mut cuts_failed = 0;
     for n in 1..200 {
         let fs = MemFs::new();
         let engine = open(&fs, &config, &clock);
@@ -438,12 +476,11 @@ fn a_removed_segment_is_deleted_after_compaction_or_else_at_the_next_open() {
         if !error.to_string().contains("deleting") {
             continue;
         }
-        deletions_failed += 1;
-        assert!(!leftovers(&fs).is_empty(), "{error}");
+        cuts_failed += 1;
+        assert_eq!(leftovers(&fs), Vec::<String>::new(), "{error}");
         drop(engine);
         let engine = open(&fs, &config, &clock);
-        assert_eq!(leftovers(&fs), Vec::<String>::new());
         assert_loaded_then_overwritten(&engine, keys);
     }
-    assert!(deletions_failed >= 1, "no failure point fell in a deletion");
+    assert!(cuts_failed >= 1, "no failure point fell in a cut");
 }

@@ -78,7 +78,9 @@ pub trait FsFile: Send + Sync {
     /// the default does nothing.
     ///
     /// An error means what a failed [`FsFile::sync_data`] means: the
-    /// range's writes may be lost, and a later sync need not say so.
+    /// file's unsynced writes, in this range or not, may be lost, and a
+    /// later sync through this handle need not say so (Linux reports a
+    /// write-back error once).
     fn start_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Ok(())

@@ -108,7 +108,8 @@ impl Mapped {
 #[cfg(target_os = "linux")]
 impl OsFile {
     /// `sync_file_range(2)` on the range with `flags`. Where the system has
-    /// no such call (some sandboxes), there is nothing to pace: `Ok`.
+    /// no such call, or a sandbox forbids it, there is nothing to pace:
+    /// `Ok`.
     fn sync_range(&self, offset: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
         let (Ok(offset), Ok(len)) = (
             libc::off64_t::try_from(offset),
@@ -124,7 +125,7 @@ impl OsFile {
         }
         let error = io::Error::last_os_error();
         match error.raw_os_error() {
-            Some(libc::ENOSYS) => Ok(()),
+            Some(libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP) => Ok(()),
             _ => Err(error),
         }
     }
