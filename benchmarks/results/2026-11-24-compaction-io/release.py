@@ -1,4 +1,5 @@
 # A 4 KiB pwrite + fdatasync loop next to one other disk operation; see results.txt.
+# Usage: python3 release.py STEP_MIB PAUSE_MS (0 0: the file deleted at once)
 import os, time, threading, sys
 d = os.path.join(os.environ.get('TMPDIR', '/tmp'), 'larder-io-check'); os.makedirs(d, exist_ok=True)
 log = os.open(d + '/log', os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
@@ -17,9 +18,9 @@ def logger():
 th = threading.Thread(target=logger); th.start()
 time.sleep(0.5)
 t0 = time.perf_counter()
-STEP = int(sys.argv[1]) << 20; PAUSE = float(sys.argv[2]) / 1000
+STEP = int(sys.argv[1]) << 20; PAUSE = float(sys.argv[2]) / 1000  # STEP 0: delete at once
 f = os.open(d + '/big', os.O_WRONLY); size = 64 << 20
-while size > 0:
+while STEP and size > 0:
     size = max(0, size - STEP); os.ftruncate(f, size)
     if PAUSE: time.sleep(PAUSE)
 os.close(f); os.unlink(d + '/big'); t1 = time.perf_counter()
