@@ -77,7 +77,7 @@ pub fn compactor_loop(inner: &Inner) {
             tracing::error!(%error, "writing hint files");
         }
         if let Err(error) = release_removed(inner) {
-            tracing::error!(%error, "freeing removed segments (the next open deletes them)");
+            tracing::error!(%error, "freeing removed segments (what is left, the next open deletes)");
         }
         let ratio = inner.config.compaction_dead_ratio_min;
         // Space relief also runs when the pass freed nothing: a segment
@@ -103,14 +103,15 @@ pub fn compactor_loop(inner: &Inner) {
 pub fn write_pending_hints(inner: &Inner) -> Result<()> {
     // Not while a pass runs: its output is sealed from the start but gets
     // its hint only when finished. Nor for an output whose pass failed
-    // (see `Segment::abandoned`): a hint would keep it at the next open,
-    // and it may not be durable.
+    // (see `recopy_abandoned`): a hint would keep it at the next open, and
+    // it may not be durable.
     let _guard = inner.compaction_lock.lock();
     let _ = inner.log.take_sealed();
+    let abandoned = inner.abandoned_outputs.lock().clone();
     for segment in inner.segments.all() {
         if segment.sealed.load(Ordering::Acquire)
             && !segment.has_hint.load(Ordering::Acquire)
-            && !segment.abandoned.load(Ordering::Acquire)
+            && !abandoned.contains_key(&segment.id)
         {
             let mut hint = HintWriter::new();
             let len = segment.len_bytes.load(Ordering::Acquire);
@@ -131,9 +132,11 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
     Ok(())
 }
 
-/// One pass: compacts every sealed segment (with a hint) whose dead ratio
-/// is at least `dead_ratio_min`, most dead first. Returns how many were
-/// compacted.
+/// One pass: copies abandoned outputs again ([`recopy_abandoned`]), then
+/// compacts every sealed segment (with a hint, and not kept for an
+/// abandoned output) whose dead ratio is at least `dead_ratio_min`, most
+/// dead first. Returns how many of those were compacted; an error if
+/// either part failed.
 ///
 /// The candidates are compacted in groups of at most a quarter segment of
 /// live bytes and at most a segment of input (or one whole candidate), and
@@ -155,30 +158,38 @@ struct Compacted {
 
 fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    let recopied = recopy_abandoned(inner)?;
+    let recopied = recopy_abandoned(inner);
     let done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
-    Ok(Compacted {
-        segments: recopied.segments + done.segments,
-        freed_bytes: recopied.freed_bytes + done.freed_bytes,
-    })
+    recopied?;
+    Ok(done)
 }
 
-/// Copies the live records of outputs whose pass failed (see
-/// `Segment::abandoned`) into new outputs, made durable as any, and removes
-/// the failed ones. Runs before any other compaction, and a failure stops
-/// the pass: until then the failed outputs' sources must stay, since they
-/// hold the only durable copy of what was switched.
-fn recopy_abandoned(inner: &Inner) -> Result<Compacted> {
-    let abandoned: Vec<Arc<Segment>> = inner
-        .segments
-        .all()
-        .into_iter()
-        .filter(|segment| segment.abandoned.load(Ordering::Acquire))
-        .collect();
+/// Copies the live records of abandoned outputs into new outputs, made
+/// durable as any, and removes the abandoned ones.
+///
+/// An output is abandoned when its pass fails after keys were switched to
+/// it (a failed write, write-back, sync or hint): it may never reach the
+/// disk, so it gets no hint (the next open discards it) and, until its
+/// records are copied again, the segments it copied from are kept out of
+/// compaction ([`candidates`]): they hold the only durable copy of what
+/// was switched, and the next open reads them again. The rest of
+/// compaction goes on meanwhile, so a copy that keeps failing (say the
+/// abandoned output cannot be read back) does not stop it. An output
+/// nothing was switched to is removed at once instead.
+pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
+    let abandoned: Vec<Arc<Segment>> = {
+        let outputs = inner.abandoned_outputs.lock();
+        inner
+            .segments
+            .all()
+            .into_iter()
+            .filter(|segment| outputs.contains_key(&segment.id))
+            .collect()
+    };
     if abandoned.is_empty() {
-        return Ok(Compacted::default());
+        return Ok(());
     }
-    compact_groups(inner, &abandoned)
+    compact_groups(inner, &abandoned).map(|_| ())
 }
 
 /// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
@@ -186,7 +197,6 @@ fn recopy_abandoned(inner: &Inner) -> Result<Compacted> {
 /// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    recopy_abandoned(inner)?;
     let all = inner.segments.all();
     let live: u64 = all
         .iter()
@@ -223,11 +233,19 @@ fn file_bytes(inner: &Inner) -> u64 {
 /// `dead_ratio_min` dead, most dead first.
 fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
     let active_id = inner.log.active_id();
+    let kept: Vec<u32> = inner
+        .abandoned_outputs
+        .lock()
+        .values()
+        .flatten()
+        .copied()
+        .collect();
     let mut candidates: Vec<Arc<Segment>> = inner
         .segments
         .all()
         .into_iter()
         .filter(|s| s.id != active_id && s.sealed.load(Ordering::Acquire))
+        .filter(|s| !kept.contains(&s.id))
         .filter(|s| s.has_hint.load(Ordering::Acquire))
         .filter(|s| s.dead_ratio() >= dead_ratio_min)
         .filter(|s| s.dead_bytes() > u64::from(segment::HEADER_BYTES))
@@ -273,10 +291,8 @@ fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacte
 fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
     let output = Output::new(inner)?;
     let written = Arc::clone(&output.segment);
-    let copied = copy_group(inner, group, output).inspect_err(|_| {
-        // Keys may point at it already, and it may not be durable.
-        written.abandoned.store(true, Ordering::Release);
-    })?;
+    let copied =
+        copy_group(inner, group, output).inspect_err(|_| abandon(inner, &written, group))?;
     // The records left behind are dead because newer records (a later put,
     // a delete, a flush) replaced them; those may still be only in the log's
     // buffer or the page cache. Make them durable before the old records
@@ -287,6 +303,20 @@ fn compact_group(inner: &Inner, group: &[Arc<Segment>]) -> Result<u64> {
     }
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     Ok(copied)
+}
+
+/// After a failed pass: an output keys were switched to is abandoned (see
+/// [`recopy_abandoned`]); one nothing was switched to is removed.
+fn abandon(inner: &Inner, output: &Arc<Segment>, group: &[Arc<Segment>]) {
+    if output.live_bytes.load(Ordering::Acquire) == 0 {
+        // If this fails too, the file has no hint: the next open drops it.
+        let _ = remove_segment(inner, output);
+        return;
+    }
+    inner
+        .abandoned_outputs
+        .lock()
+        .insert(output.id, group.iter().map(|segment| segment.id).collect());
 }
 
 /// Copies what `group` still needs into `output` and makes it durable with
@@ -746,7 +776,6 @@ fn pending_flush(header: &Header, flush_seq: u64) -> Option<Header> {
 /// dead), never a hint without its segment, which a later segment of the
 /// same id (ids restart past the highest segment file) could pick up.
 fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
-    inner.segments.remove(segment.id);
     let dir = &inner.config.dir;
     let doomed = |name: &str| join(dir, &format!("{name}.removed.tmp"));
     let mut files = Vec::with_capacity(2);
@@ -763,6 +792,10 @@ fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
         .rename(&segment.path, &renamed)
         .map_err(|e| Error::io(format!("removing {}", segment.path.display()), e))?;
     files.push(renamed);
+    // Out of the registry only now: a segment whose rename failed is still
+    // there, and still counts for the tombstones other segments keep.
+    inner.segments.remove(segment.id);
+    inner.abandoned_outputs.lock().remove(&segment.id);
     inner
         .fs
         .sync_dir(dir)
@@ -858,11 +891,13 @@ mod tests {
         assert!(inner.segments.get(first.id).is_none(), "compacted");
         assert!(names().contains(&removed_name), "{:?}", names());
         assert!(!names().contains(&segment::segment_name(first.id)));
-        // A crash now leaves the file under its temporary name; the next
+        // A crash now leaves the file under its temporary name (the
+        // engine's shutdown frees nothing a reader still holds); the next
         // open deletes it and reads nothing from it.
         fs.crash_process();
-        drop(first);
         drop(engine);
+        assert!(names().contains(&removed_name), "{:?}", names());
+        drop(first);
         let mut config = Config::new("/data");
         config.background_threads = false;
         config.segment_bytes_max = 4096;

@@ -65,6 +65,10 @@ pub(crate) struct Inner {
     /// Segments compaction has removed whose blocks are not yet freed (see
     /// [`crate::compaction::release_removed`]).
     pub removed_segments: Mutex<Vec<crate::compaction::Removed>>,
+    /// Compaction outputs whose pass failed after keys were switched to
+    /// them, by id, each with the ids of the segments it copied from (see
+    /// [`crate::compaction::recopy_abandoned`]).
+    pub abandoned_outputs: Mutex<std::collections::BTreeMap<u32, Vec<u32>>>,
     /// One maintenance round at a time (the maintenance thread's and
     /// `Engine::maintain_now`'s): healing the log and trimming the cache
     /// must not interleave, or a trim could drop a value whose record heal
@@ -276,7 +280,7 @@ impl Engine {
             let _ = thread.join();
         }
         if let Err(error) = crate::compaction::release_removed(&self.inner) {
-            tracing::error!(%error, "freeing removed segments (the next open deletes them)");
+            tracing::error!(%error, "freeing removed segments (what is left, the next open deletes)");
         }
         if self.inner.log.sync_failure().is_some() {
             return Ok(());

@@ -197,8 +197,13 @@ pub fn create_segment(
         let _ = fs.remove(&path);
         return Err(error);
     }
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
+    if let Err(error) = fs.sync_dir(dir) {
+        let _ = fs.remove(&path);
+        return Err(Error::io(
+            format!("syncing directory {}", dir.display()),
+            error,
+        ));
+    }
     Ok(Arc::new(Segment::new(
         path,
         file,

@@ -296,6 +296,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         cache_hand: AtomicUsize::new(0),
         compaction_lock: Mutex::new(()),
         removed_segments: Mutex::new(Vec::new()),
+        abandoned_outputs: Mutex::new(Default::default()),
         maintenance_lock: Mutex::new(()),
         flush_activation: Mutex::new(()),
         recovery: report,

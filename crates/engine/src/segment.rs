@@ -173,11 +173,6 @@ pub struct Segment {
     pub sealed: AtomicBool,
     /// A hint file describes it.
     pub has_hint: AtomicBool,
-    /// A compaction output whose pass failed after keys were switched to
-    /// it: it may not be durable, so it never gets a hint (the next open
-    /// discards it; its sources are still there) and its live records are
-    /// copied again before any other compaction may remove a segment.
-    pub abandoned: AtomicBool,
 }
 
 impl Segment {
@@ -193,7 +188,6 @@ impl Segment {
             min_seq: AtomicU64::new(u64::MAX),
             sealed: AtomicBool::new(false),
             has_hint: AtomicBool::new(false),
-            abandoned: AtomicBool::new(false),
         }
     }
 
