@@ -484,3 +484,72 @@ fn a_removed_segment_is_deleted_after_compaction_even_when_cutting_it_fails() {
     }
     assert!(cuts_failed >= 1, "no failure point fell in a cut");
 }
+
+/// An abandoned output (its pass failed after keys were switched to it)
+/// that cannot be copied again, here because its file is damaged, keeps
+/// the segment it copied from on disk, and does not stop the rest of
+/// compaction; a power cut then loses nothing.
+#[test]
+fn an_abandoned_output_that_cannot_be_copied_again_keeps_its_source_and_stops_nothing_else() {
+    let clock = Clock::system();
+    let config = large_values_config();
+    let dir = std::path::Path::new("/data");
+    for n in 1..40 {
+        let fs = MemFs::new();
+        let engine = open(&fs, &config, &clock);
+        let names = load_large_values(&engine, 3000);
+        let before = common::contents(&engine, &names);
+        let newest_log = engine
+            .stats()
+            .segment_details
+            .iter()
+            .map(|s| s.id)
+            .max()
+            .unwrap();
+        fs.inject_nth(FaultKind::EioOnSync, n);
+        let failed = engine.compact_now(0.5);
+        fs.clear_faults();
+        assert!(failed.is_err(), "no fault point left an abandoned output");
+        engine.maintain_now();
+        assert!(
+            common::contents(&engine, &names) == before,
+            "fault {n}: items changed"
+        );
+        let files = fs.file_names(dir);
+        let abandoned = engine.stats().segment_details.into_iter().find(|s| {
+            s.id > newest_log && s.live_bytes > 0 && !files.contains(&format!("{:010}.hint", s.id))
+        });
+        let Some(abandoned) = abandoned else { continue };
+        let source = "0000000001.seg".to_owned();
+        assert!(files.contains(&source), "{files:?}");
+        fs.corrupt(&dir.join(format!("{:010}.seg", abandoned.id)), 100, 0xff)
+            .unwrap();
+        // Dead records elsewhere: the second log segment's own keys again.
+        for key in 2200..2700 {
+            let mut value = format!("{key}:2:").into_bytes();
+            value.resize(4000, b'.');
+            set(&engine, format!("k{key}").as_bytes(), &value);
+        }
+        let before = common::contents(&engine, &names);
+        let compactions = engine.stats().compactions;
+        let again = engine.compact_now(0.0);
+        assert!(again.is_err(), "the damaged output was copied: {again:?}");
+        assert!(
+            engine.stats().compactions > compactions,
+            "nothing else was compacted"
+        );
+        assert!(
+            fs.file_names(dir).contains(&source),
+            "the source was removed"
+        );
+        fs.power_cut(None);
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert!(
+            common::contents(&engine, &names) == before,
+            "fault {n}: items lost"
+        );
+        return;
+    }
+    panic!("no fault point left an abandoned output");
+}
