@@ -2,7 +2,7 @@
 # Redis AOF always: 1M keys preloaded, then (with HIST=1 first the set cells
 # compare.sh runs before it) 4 s of sets at 500 connections; shows the AOF
 # rewrites in its log. Usage: LARDER=path/to/larder [HIST=1] bash redis_rewrite.sh
-D=$(mktemp -d /tmp/redis-aof.XXXX); PORT=22499; G=${LARDER:?set LARDER to a larder binary}
+D=$(mktemp -d); PORT=22499; G=${LARDER:?set LARDER to a larder binary}
 redis-server --bind 127.0.0.1 --port $PORT --daemonize no --save '' --appendonly yes --appendfsync always --dir $D --maxclients 4096 --logfile '' > $D/redis.log 2>&1 &
 PID=$!; sleep 1
 $G bench -s 127.0.0.1:$PORT --protocol redis -k 1000000 -v 100 -q --preload -t 2 -c 4 --ratio 1:0 -n 1 >/dev/null

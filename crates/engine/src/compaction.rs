@@ -23,7 +23,7 @@
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
-use crate::fs::{join, WriteBack};
+use crate::fs::{join, remove_in_steps, WriteBack};
 use crate::hint::{self, HintWriter};
 use crate::keydir::{self, Keydir};
 use crate::log::create_segment;
@@ -781,8 +781,9 @@ fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
     let mut files = Vec::with_capacity(2);
     let hint_name = segment::hint_name(segment.id);
     let hint = join(dir, &hint_name);
-    match inner.fs.rename(&hint, &doomed(&hint_name)) {
-        Ok(()) => files.push(doomed(&hint_name)),
+    let hint_renamed = doomed(&hint_name);
+    match inner.fs.rename(&hint, &hint_renamed) {
+        Ok(()) => files.push(hint_renamed),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => return Err(Error::io(format!("removing {}", hint.display()), error)),
     }
@@ -808,16 +809,12 @@ fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
 }
 
 /// Deletes the files of removed segments that no reader holds any more,
-/// each cut [`RELEASE_STEP`] at a time from its end first.
-///
-/// Why not delete at once: on a file system mounted with `discard`,
-/// deleting a file trims all its blocks there and then, and the disk's
-/// other requests wait behind the trim. On the benchmark machine deleting
-/// a 64 MiB segment took 30 ms and held a 4 KiB `fdatasync` next to it for
-/// 26 ms (the log's sync under `always`: every write waiting on it waited
-/// that long); cut a megabyte at a time, the same sync waited 2 ms at
-/// worst. And why not cut a file while it is still shared: a reader that
-/// looked its segment up before the removal may still be reading it.
+/// each cut [`RELEASE_STEP`] at a time from its end first
+/// ([`remove_in_steps`]): on the benchmark machine's disk (mounted with
+/// `discard`) deleting a 64 MiB segment at once held a 4 KiB `fdatasync`
+/// next to it for 26 ms, the log's sync under `always` that every write
+/// waits on; cut a megabyte at a time, 2 ms at worst. Not while a reader
+/// that looked the segment up before its removal may still be reading it.
 pub(crate) fn release_removed(inner: &Inner) -> Result<()> {
     let unshared: Vec<Removed> = {
         let mut removed = inner.removed_segments.lock();
@@ -833,28 +830,15 @@ pub(crate) fn release_removed(inner: &Inner) -> Result<()> {
         for path in files {
             // Failing that, deleted at once; failing both, left to the
             // next open. Either way, on to the rest.
-            if let Err(error) = release_file(inner, &path) {
+            if let Err(error) = remove_in_steps(&*inner.fs, &path, RELEASE_STEP) {
                 let _ = inner.fs.remove(&path);
                 if first_error.is_ok() {
-                    first_error = Err(error);
+                    first_error = Err(Error::io(format!("deleting {}", path.display()), error));
                 }
             }
         }
     }
     first_error
-}
-
-/// Cuts the file at `path` down [`RELEASE_STEP`] at a time, then deletes it.
-fn release_file(inner: &Inner, path: &std::path::Path) -> Result<()> {
-    let io = |e| Error::io(format!("deleting {}", path.display()), e);
-    let file = inner.fs.open(path, true).map_err(io)?;
-    let mut len = file.len().map_err(io)?;
-    while len > 0 {
-        len = len.saturating_sub(RELEASE_STEP);
-        file.set_len(len).map_err(io)?;
-    }
-    drop(file);
-    inner.fs.remove(path).map_err(io)
 }
 
 #[cfg(test)]

@@ -183,26 +183,23 @@ pub fn create_segment(
     let file = fs
         .create(&path)
         .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    let header_synced = file
+    let created = file
         .write_all_at(&header.encode(), 0)
         .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))
         .and_then(|()| {
             file.sync_data()
                 .map_err(|e| Error::io(format!("syncing {}", path.display()), e))
+        })
+        .and_then(|()| {
+            fs.sync_dir(dir)
+                .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
         });
-    if let Err(error) = header_synced {
+    if let Err(error) = created {
         // Otherwise a later directory sync (the compactor's, say) could make
         // the name durable without the header, and the next open would
         // refuse the file unless it happened to be the newest.
         let _ = fs.remove(&path);
         return Err(error);
-    }
-    if let Err(error) = fs.sync_dir(dir) {
-        let _ = fs.remove(&path);
-        return Err(Error::io(
-            format!("syncing directory {}", dir.display()),
-            error,
-        ));
     }
     Ok(Arc::new(Segment::new(
         path,

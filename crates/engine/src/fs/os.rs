@@ -105,28 +105,44 @@ impl Mapped {
     }
 }
 
-#[cfg(target_os = "linux")]
 impl OsFile {
-    /// `sync_file_range(2)` on the range with `flags`. Where the system has
-    /// no such call, or a sandbox forbids it, there is nothing to pace:
-    /// `Ok`.
-    fn sync_range(&self, offset: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
-        let (Ok(offset), Ok(len)) = (
-            libc::off64_t::try_from(offset),
-            libc::off64_t::try_from(len),
-        ) else {
-            return Err(io::Error::from_raw_os_error(libc::EFBIG));
-        };
-        // SAFETY: sync_file_range takes a valid open descriptor, owned by
-        // `self.file`, which outlives the call; it reads no memory of ours.
-        let rc = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
-        if rc == 0 {
-            return Ok(());
+    /// Starts writing the range back (`wait`: false) or writes it back and
+    /// waits (`wait`: true), with `sync_file_range(2)`. Where the system has
+    /// no such call, or a sandbox forbids it, or off Linux, there is
+    /// nothing to pace: `Ok`.
+    fn write_back(&self, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            let (Ok(offset), Ok(len)) = (
+                libc::off64_t::try_from(offset),
+                libc::off64_t::try_from(len),
+            ) else {
+                return Err(io::Error::from_raw_os_error(libc::EFBIG));
+            };
+            let flags = if wait {
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER
+            } else {
+                libc::SYNC_FILE_RANGE_WRITE
+            };
+            // SAFETY: sync_file_range takes a valid open descriptor, owned
+            // by `self.file`, which outlives the call; it reads no memory of
+            // ours.
+            let rc = unsafe { libc::sync_file_range(self.file.as_raw_fd(), offset, len, flags) };
+            if rc == 0 {
+                return Ok(());
+            }
+            let error = io::Error::last_os_error();
+            match error.raw_os_error() {
+                Some(libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP) => Ok(()),
+                _ => Err(error),
+            }
         }
-        let error = io::Error::last_os_error();
-        match error.raw_os_error() {
-            Some(libc::ENOSYS | libc::EPERM | libc::EOPNOTSUPP) => Ok(()),
-            _ => Err(error),
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (offset, len, wait);
+            Ok(())
         }
     }
 }
@@ -180,33 +196,11 @@ impl FsFile for OsFile {
     }
 
     fn start_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
-        #[cfg(target_os = "linux")]
-        {
-            self.sync_range(offset, len, libc::SYNC_FILE_RANGE_WRITE)
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (offset, len);
-            Ok(())
-        }
+        self.write_back(offset, len, false)
     }
 
     fn wait_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
-        #[cfg(target_os = "linux")]
-        {
-            self.sync_range(
-                offset,
-                len,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                    | libc::SYNC_FILE_RANGE_WRITE
-                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-            )
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (offset, len);
-            Ok(())
-        }
+        self.write_back(offset, len, true)
     }
 
     fn allocate(&self, len: u64) -> io::Result<bool> {
