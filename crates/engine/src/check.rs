@@ -43,6 +43,10 @@ pub struct CheckReport {
     /// (records a crash left behind a hole that never reached the disk, or
     /// acknowledged ones behind real damage).
     pub records_after_torn_tail: u64,
+    /// Segments whose creation a crash cut short before their header
+    /// reached the disk: they hold no records, and the next start removes
+    /// them (see [`segment::creation_cut_short`]).
+    pub unfinished: Vec<PathBuf>,
 }
 
 /// Checks every segment and hint file in `dir`.
@@ -63,12 +67,25 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let mut newest_log = None;
     let mut tails = Vec::new();
+    let newest = segment_ids.last().copied();
     for &id in &segment_ids {
         let path = join(dir, &segment::segment_name(id));
         let bytes = read_all(fs, &path)?;
         report.segments += 1;
         let header = match SegmentHeader::decode(&bytes, &path) {
             Ok(header) => header,
+            Err(_)
+                if segment::creation_cut_short(
+                    bytes
+                        .get(..segment::HEADER_BYTES as usize)
+                        .unwrap_or(&bytes),
+                    bytes.len() as u64,
+                    Some(id) == newest,
+                ) =>
+            {
+                report.unfinished.push(path);
+                continue;
+            }
             Err(error) => {
                 report
                     .damage
@@ -383,6 +400,35 @@ mod tests {
         let encoded = header.encode();
         bytes[..encoded.len()].copy_from_slice(&encoded);
         bytes
+    }
+
+    #[test]
+    fn a_segment_whose_header_never_reached_the_disk_is_unfinished_not_damage() {
+        let fs = MemFs::new();
+        fs.write_file(Path::new("/d/0000000001.seg"), &segment_with_records(3))
+            .unwrap();
+        fs.write_file(Path::new("/d/0000000002.seg"), &[]).unwrap();
+        fs.write_file(Path::new("/d/0000000003.seg"), &[0; 40])
+            .unwrap();
+        fs.write_file(Path::new("/d/0000000004.seg"), &[0x5a; 40])
+            .unwrap();
+        fs.write_file(
+            Path::new("/d/0000000005.seg"),
+            &reencode_header(segment_with_records(1), 5),
+        )
+        .unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert_eq!(
+            report.unfinished,
+            [
+                PathBuf::from("/d/0000000002.seg"),
+                PathBuf::from("/d/0000000003.seg")
+            ]
+        );
+        // Anything but zeros in front of the newest segment is damage.
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].file, Path::new("/d/0000000004.seg"));
+        assert_eq!(report.records, 4);
     }
 
     #[test]

@@ -331,8 +331,8 @@ fn list_files(fs: &dyn Fs, dir: &Path) -> Result<(Vec<u32>, Vec<u32>)> {
 
 /// Opens every segment and checks its header. Removes compaction outputs
 /// that never got their hint file (a compaction cut short: its sources are
-/// all still there) and a newest log segment whose header never made it to
-/// disk.
+/// all still there) and segments whose header never made it to disk
+/// ([`segment::creation_cut_short`]).
 fn open_segments(
     fs: &dyn Fs,
     dir: &Path,
@@ -355,7 +355,7 @@ fn open_segments(
             .map_err(|e| Error::io(format!("reading header of {}", path.display()), e))?;
         let header = match SegmentHeader::decode(&bytes, &path) {
             Ok(header) => header,
-            Err(error) if Some(id) == newest && len < u64::from(segment::HEADER_BYTES) * 2 => {
+            Err(error) if segment::creation_cut_short(&bytes, len, Some(id) == newest) => {
                 tracing::warn!(%error, "removing a segment whose creation was cut short");
                 remove_file(fs, dir, &path)?;
                 continue;

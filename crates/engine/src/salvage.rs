@@ -52,9 +52,15 @@ pub(crate) fn salvage(
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let mut headers = Vec::new();
+    let newest = ids.last().copied();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
-        headers.push((id, read_header(fs, &path)?, path));
+        let header = match read_header(fs, &path, Some(id) == newest)? {
+            HeaderRead::Intact(header) => Some(header),
+            HeaderRead::Unfinished => continue, // recovery removes it
+            HeaderRead::Damaged => None,
+        };
+        headers.push((id, header, path));
     }
     let active = headers
         .iter()
@@ -89,14 +95,26 @@ pub(crate) fn salvage(
     Ok(())
 }
 
-/// A segment's header, or `None` if it is damaged.
-fn read_header(fs: &dyn Fs, path: &Path) -> Result<Option<SegmentHeader>> {
+/// What a segment's first bytes hold.
+enum HeaderRead {
+    Intact(SegmentHeader),
+    /// A creation cut short ([`segment::creation_cut_short`]).
+    Unfinished,
+    Damaged,
+}
+
+/// Reads a segment's header; `newest` says whether it is the newest file.
+fn read_header(fs: &dyn Fs, path: &Path, newest: bool) -> Result<HeaderRead> {
     let io = |e| Error::io(format!("reading {}", path.display()), e);
     let file = fs.open(path, false).map_err(io)?;
     let len = file.len().map_err(io)?;
     let mut bytes = vec![0u8; u64::from(segment::HEADER_BYTES).min(len) as usize];
     file.read_exact_at(&mut bytes, 0).map_err(io)?;
-    Ok(SegmentHeader::decode(&bytes, path).ok())
+    Ok(match SegmentHeader::decode(&bytes, path) {
+        Ok(header) => HeaderRead::Intact(header),
+        Err(_) if segment::creation_cut_short(&bytes, len, newest) => HeaderRead::Unfinished,
+        Err(_) => HeaderRead::Damaged,
+    })
 }
 
 /// A segment's bytes without its damaged records.

@@ -133,6 +133,27 @@ impl SegmentHeader {
     }
 }
 
+/// Whether a segment whose header does not decode is what a power cut
+/// leaves of a creation that never finished, rather than damage. Creation
+/// syncs the header before anything is written after it, and only then is
+/// the segment used, so such a file holds nothing that was acknowledged:
+///
+/// - the newest segment, shorter than two headers: the header's write or
+///   sync was cut short;
+/// - any segment holding no more than a header's length of zeros (or
+///   nothing): its name was made durable by another file's directory sync
+///   (the compactor's, say) before its header was synced, and a later
+///   segment (a compaction output) may already be durable.
+///
+/// A longer file, or a short one holding anything but zeros, in front of
+/// the newest segment is damage, and open refuses it. `header_bytes` are
+/// the file's first bytes, up to a header's length.
+pub(crate) fn creation_cut_short(header_bytes: &[u8], len: u64, newest: bool) -> bool {
+    let header_len = u64::from(HEADER_BYTES);
+    (newest && len < header_len * 2)
+        || (len <= header_len && header_bytes.iter().all(|&byte| byte == 0))
+}
+
 /// The file name of segment `id`.
 pub fn segment_name(id: u32) -> String {
     format!("{id:010}.seg")

@@ -842,6 +842,85 @@ fn a_compaction_output_without_its_hint_is_discarded_at_open() {
     assert_eq!(contents(&engine, &keys(100)), before);
 }
 
+/// A closed directory holding a compaction output with a higher id than a
+/// free one: returns the items, the free id and the output's id.
+fn directory_with_a_gap_below_an_output(
+    fs: &MemFs,
+    config: &Config,
+    clock: &Clock,
+) -> (BTreeMap<Vec<u8>, Stored>, u32, u32) {
+    let engine = open(fs, config, clock);
+    fill(&engine, clock, 200, 60);
+    fill(&engine, clock, 100, 60); // overwrites, so compaction has work
+    engine.compact_now(0.0).unwrap();
+    let before = contents(&engine, &keys(200));
+    engine.close().unwrap();
+    let ids = segment_ids(fs);
+    let output = *ids
+        .iter()
+        .rev()
+        .find(|&&id| {
+            let bytes = fs.read_file(&segment_path(id)).unwrap();
+            SegmentHeader::decode(&bytes, &segment_path(id))
+                .unwrap()
+                .origin
+                == Origin::Compaction
+        })
+        .expect("compaction wrote an output");
+    let free = (1..output)
+        .find(|id| !ids.contains(id))
+        .expect("compaction freed an id below its output");
+    (before, free, output)
+}
+
+#[test]
+fn a_segment_whose_header_never_reached_the_disk_is_removed_even_before_a_later_output() {
+    // The compactor's directory sync can make a new segment's name durable
+    // before its creator has synced the header; a power cut then leaves an
+    // empty file (or a header's length of zeros) below a durable output.
+    for leftover in [Vec::new(), vec![0; segment::HEADER_BYTES as usize]] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = small_segments(4096);
+        let (before, free, output) = directory_with_a_gap_below_an_output(&fs, &config, &clock);
+        fs.write_file(&segment_path(free), &leftover).unwrap();
+
+        let engine = open(&fs, &config, &clock);
+        let ids = segment_ids(&fs);
+        assert!(
+            !ids.contains(&free),
+            "{} bytes: the leftover stayed",
+            leftover.len()
+        );
+        assert!(ids.contains(&output));
+        assert!(
+            contents(&engine, &keys(200)) == before,
+            "{} bytes: items differ",
+            leftover.len()
+        );
+        set(&engine, b"after", b"reopen");
+        let engine = reopen(engine, &fs, &config, &clock);
+        assert_eq!(value(&engine, b"after").as_deref(), Some(&b"reopen"[..]));
+    }
+}
+
+#[test]
+fn a_damaged_header_before_a_later_segment_still_fails_open() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    let (_, free, _) = directory_with_a_gap_below_an_output(&fs, &config, &clock);
+    // Not zeros: something was written there, and open cannot tell what.
+    let mut damaged = vec![0; segment::HEADER_BYTES as usize];
+    damaged[3] = 0x5a;
+    fs.write_file(&segment_path(free), &damaged).unwrap();
+
+    let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, segment_path(free));
+    assert_eq!(offset, 0);
+    assert_eq!(fs.read_file(&segment_path(free)).unwrap(), damaged);
+}
+
 /// Fails the `n`th operation of `fault`'s kind during a compaction pass,
 /// then checks every item is there: at once, after a reopen, and after a
 /// power cut.

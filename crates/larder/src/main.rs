@@ -68,6 +68,13 @@ fn check(args: CheckArgs) -> ExitCode {
             report.records_after_torn_tail
         );
     }
+    for file in &report.unfinished {
+        println!(
+            "unfinished: {} (a segment a crash cut short before its header reached the disk; \
+             it holds no records, and the next start removes it)",
+            file.display()
+        );
+    }
     println!(
         "{} segments, {} hint files, {} intact records, {} damaged",
         report.segments,
