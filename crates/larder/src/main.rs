@@ -204,7 +204,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
     };
     match larder_server::run(config, ready) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("larder: {error}");
             ExitCode::FAILURE

@@ -75,6 +75,16 @@ pub enum ServerError {
     Runtime(std::io::Error),
 }
 
+/// How a server's shutdown went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shutdown {
+    /// Connections still busy when the grace period
+    /// ([`limits::SHUTDOWN_GRACE`]) ran out, closed without finishing
+    /// (a client that does not read its replies, say). Connections that
+    /// finished their requests or were idle are not counted.
+    pub connections_cut: usize,
+}
+
 /// A server bound to its port with its data directory open, ready to run.
 pub struct Server {
     shared: Arc<Shared>,
@@ -127,7 +137,10 @@ impl Server {
     /// Serves until `shutdown` resolves; then stops accepting, lets
     /// connections finish the requests they have read (for at most
     /// [`limits::SHUTDOWN_GRACE`]), and syncs and closes the engine.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()>) -> Result<(), ServerError> {
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<Shutdown, ServerError> {
         let Server { shared, listener } = self;
         let (stop_sender, stop) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
@@ -146,22 +159,31 @@ impl Server {
         drop(listener);
         let _ = stop_sender.send(true);
         let drain = async { while connections.join_next().await.is_some() {} };
+        let mut report = Shutdown::default();
         if tokio::time::timeout(limits::SHUTDOWN_GRACE, drain)
             .await
             .is_err()
         {
-            tracing::warn!("connections still busy after the grace period; closing them");
+            tracing::warn!(
+                connections = connections.len(),
+                "connections still busy after the grace period; closing them"
+            );
             connections.abort_all();
             // A task in the middle of a poll on another worker finishes
             // that poll first; the engine is synced after the last one.
-            while connections.join_next().await.is_some() {}
+            // One that ended on its own just before the abort is not cut.
+            while let Some(ended) = connections.join_next().await {
+                if ended.is_err_and(|error| error.is_cancelled()) {
+                    report.connections_cut += 1;
+                }
+            }
         }
         let engine = Arc::clone(&shared.engine);
         drop(shared);
         tokio::task::spawn_blocking(move || engine.sync())
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        Ok(())
+        Ok(report)
     }
 
     /// The engine, for in-process tests and tools.
@@ -242,7 +264,10 @@ const IO_EVENTS_PER_BUSY_POLL_MAX: usize = 64;
 
 /// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
 /// `on_ready` is called with the bound address once it accepts connections.
-pub fn run(config: ServerConfig, on_ready: impl FnOnce(SocketAddr)) -> Result<(), ServerError> {
+pub fn run(
+    config: ServerConfig,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<Shutdown, ServerError> {
     serve_until(config, on_ready, termination())
 }
 
@@ -269,7 +294,7 @@ pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
     shutdown: impl Future<Output = ()>,
-) -> Result<(), ServerError> {
+) -> Result<Shutdown, ServerError> {
     let idle = Arc::new(larder_engine::IdleSignal::default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.threads)

@@ -102,11 +102,10 @@ fn a_half_sent_request_does_not_hold_up_shutdown() {
     partial.call(b"set whole 0 0 5\r\nwhole\r\n", b"STORED\r\n");
     partial.send(b"set half 0 0 10\r\nhalf");
     std::thread::sleep(Duration::from_millis(50));
-    let signalled = Instant::now();
     server.signal_shutdown();
     assert_eq!(partial.read_to_close(), b"");
-    server.stop().unwrap();
-    assert!(signalled.elapsed() < larder_server::limits::SHUTDOWN_GRACE);
+    // Closed as soon as shutdown began, not cut when the grace period ran out.
+    assert_eq!(server.stop().unwrap().connections_cut, 0);
 
     let engine = open_engine(dir.path());
     assert_eq!(stored_value(&engine, "whole").unwrap(), b"whole");
@@ -176,10 +175,10 @@ fn acknowledged_writes_are_in_the_data_directory_with_durability_none() {
 }
 
 #[test]
-fn a_client_that_never_reads_delays_shutdown_by_at_most_the_grace_period() {
+fn a_client_that_never_reads_is_cut_when_the_grace_period_runs_out() {
     const VALUE_BYTES: usize = 500 * 1024;
     let dir = tempfile::tempdir().unwrap();
-    let mut server = TestServer::start(dir.path(), Durability::EverySec);
+    let server = TestServer::start(dir.path(), Durability::EverySec);
     let mut writer = server.raw();
     let mut set = format!("set big 0 0 {VALUE_BYTES}\r\n").into_bytes();
     set.extend_from_slice(&vec![b'v'; VALUE_BYTES]);
@@ -190,12 +189,9 @@ fn a_client_that_never_reads_delays_shutdown_by_at_most_the_grace_period() {
     (&stuck).write_all(&b"get big\r\n".repeat(400)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
 
-    let signalled = Instant::now();
-    server.signal_shutdown();
-    server.stop().unwrap();
-    let waited = signalled.elapsed();
-    let grace = larder_server::limits::SHUTDOWN_GRACE;
-    assert!(waited < grace + REPLY_TIMEOUT, "shutdown took {waited:?}");
+    // The writer is idle and closes at once; the reader that never reads is
+    // cut when the grace period runs out, and shutdown goes on without it.
+    assert_eq!(server.stop().unwrap().connections_cut, 1);
     drop(stuck);
 
     let engine = open_engine(dir.path());

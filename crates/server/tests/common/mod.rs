@@ -12,7 +12,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing)]
 
 use larder_engine::Durability;
-use larder_server::{ServerConfig, ServerError};
+use larder_server::{ServerConfig, ServerError, Shutdown};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -44,7 +44,7 @@ pub struct TestServer {
     /// Where it listens.
     pub addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<Result<(), ServerError>>>,
+    thread: Option<JoinHandle<Result<Shutdown, ServerError>>>,
 }
 
 impl TestServer {
@@ -91,15 +91,15 @@ impl TestServer {
 
     /// Signals shutdown and waits until the server has stopped and its
     /// engine is synced and closed; returns what `serve_until` returned.
-    pub fn stop(mut self) -> Result<(), ServerError> {
+    pub fn stop(mut self) -> Result<Shutdown, ServerError> {
         self.stop_in_place()
     }
 
-    fn stop_in_place(&mut self) -> Result<(), ServerError> {
+    fn stop_in_place(&mut self) -> Result<Shutdown, ServerError> {
         self.signal_shutdown();
         match self.thread.take() {
             Some(thread) => thread.join().unwrap(),
-            None => Ok(()),
+            None => Ok(Shutdown::default()),
         }
     }
 
