@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # How rotations.txt was taken (run by hand, not part of the suite; needs
-# strace): for each BINARY, a fresh Larder under `everysec` with 1M keys of
+# strace): for each BINARY, a fresh Larder under `everysec` (or DURABILITY,
+# as for ../2026-11-24-none-rotation/rotations.txt) with 1M keys of
 # 100 bytes preloaded, the wait for a quiet machine, then sets at 50
 # connections, pipeline 16, for 4 s after 0.5 s of warm-up, with strace
 # timing the server's fdatasync calls. Prints how long each fdatasync on a
@@ -13,10 +14,11 @@ set -euo pipefail
 LOADGEN=$1
 shift
 PORT=${PORT:-22192}
+DURABILITY=${DURABILITY:-everysec}
 # record_larder, settle, ops_per_second, stop_pid; run from the repository root.
 source benchmarks/lib.sh
 for bin in "$@"; do
-    record_larder "$bin" "$LOADGEN" everysec "$PORT" 1000000
+    record_larder "$bin" "$LOADGEN" "$DURABILITY" "$PORT" 1000000
     settle 30 >/dev/null
     workers=$(for task in /proc/"$RECORD_PID"/task/*; do
         if [[ "$(cat "$task/comm")" == larder-worker ]]; then basename "$task"; fi

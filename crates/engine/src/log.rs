@@ -69,8 +69,11 @@ const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// sync then finds at most the last of these distances' bytes unsynced,
 /// instead of whatever was written since the last sync (in `everysec`,
 /// up to a second's worth: tens of milliseconds of syncing under
-/// sustained writes). Only under `everysec`: under `none` the sync thread
-/// syncs nothing, so there the rotation still syncs the whole segment.
+/// sustained writes; under `none`, the whole segment: 30 ms on average and
+/// up to 130 ms per rotation measured under pipelined sets). Under
+/// `everysec` the append asks for an ordinary sync; under `none`, where
+/// nothing waits for syncs, for a sync of the active segment that only
+/// shortens the rotation's ([`Log::presync_active`]).
 const PRESYNC_AHEAD: [u64; 2] = [16 << 20, 4 << 20];
 /// How far past the end of the active segment the sync thread reserves
 /// blocks; an append asks it to top up once less than half is left.
@@ -247,6 +250,9 @@ struct SyncState {
     waiting: u64,
     /// The log asks for blocks reserved ahead ([`Log::reserve_ahead`]).
     reserve_wanted: bool,
+    /// Under `None`, the log asks for the active segment to be synced ahead
+    /// of its rotation ([`Log::presync_active`]).
+    presync_wanted: bool,
     shutdown: bool,
 }
 
@@ -351,6 +357,7 @@ impl Log {
                 wakers: Vec::new(),
                 waiting: 0,
                 reserve_wanted: false,
+                presync_wanted: false,
                 shutdown: false,
             }),
             sync_io: Mutex::new(()),
@@ -422,10 +429,8 @@ impl Log {
         assert_eq!((state.buffer.len() - before) as u64, len);
         let offset = state.end as u32;
         state.end += len;
-        // Only `everysec` asks: under `always` every commit already does,
-        // and under `none` the sync thread syncs nothing, so a request it
-        // cannot meet would keep it from ever resting.
-        let presync = self.durability == Durability::EverySec
+        // Not under `always`, where every commit asks for a sync already.
+        let presync = self.durability != Durability::Always
             && presync_due(self.segment_bytes_max, u64::from(offset), state.end);
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
@@ -439,12 +444,17 @@ impl Log {
             && !state.reserve_asked
             && state.reserved < (state.end + RESERVE_AHEAD / 2).min(self.segment_bytes_max);
         state.reserve_asked |= ask_reserve;
-        let wanted = (presync || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX)
+        // Under `none` nothing is kept unsynced (the buffer is dropped once
+        // written), and a request for the synced position would never be
+        // met: the sync thread syncs the active segment without moving it.
+        let presync_active = presync && self.durability == Durability::None;
+        let wanted = ((presync && !presync_active) || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX)
             .then(|| lsn(state.active.id, state.end));
         drop(state);
-        if ask_reserve {
+        if ask_reserve || presync_active {
             let mut sync = self.sync.lock();
-            sync.reserve_wanted = true;
+            sync.reserve_wanted |= ask_reserve;
+            sync.presync_wanted |= presync_active;
             self.sync_wanted.notify_one();
         }
         if let Some(wanted) = wanted {
@@ -791,6 +801,12 @@ impl Log {
                     }
                     continue;
                 }
+                if std::mem::take(&mut sync.presync_wanted) {
+                    drop(sync);
+                    // A failure is recorded, sticky, as the rotation's would be.
+                    let _ = self.presync_active();
+                    continue;
+                }
                 if !pending || sync.failed.is_some() {
                     let wait = SYNC_INTERVAL.saturating_sub(last_sync.elapsed());
                     if self.durability == Durability::Always || wait > Duration::ZERO {
@@ -896,6 +912,22 @@ impl Log {
         self.sync_and_publish(&segment, position)?;
         self.counters.record_group_commit(waiting.max(1));
         written
+    }
+
+    /// Under `None`: writes out and syncs the active segment, outside the
+    /// log lock, so that its rotation, which syncs it again under the lock
+    /// while every append waits, finds only what came after this (see
+    /// [`PRESYNC_AHEAD`]). Publishes nothing: under `None` no committer
+    /// waits for a sync. If the segment was sealed meanwhile, its rotation
+    /// synced it and this sync finds it clean.
+    fn presync_active(&self) -> Result<()> {
+        let segment = {
+            let mut state = self.state.lock();
+            self.write_out(&mut state)?;
+            Arc::clone(&state.active)
+        };
+        drop(self.sync_file(&segment)?);
+        Ok(())
     }
 
     /// `fdatasync` of `segment`, which holds the log up to `position`, then
@@ -1235,15 +1267,32 @@ mod tests {
     }
 
     #[test]
-    fn everysec_asks_for_a_sync_before_the_segment_fills_and_none_never_does() {
+    fn everysec_asks_for_a_sync_before_the_segment_fills() {
         let limit = 64 << 20;
         let log = memory_log(Durability::EverySec);
         assert!(!sync_asked_after_appending_to(&log, limit - (17 << 20)));
         assert!(sync_asked_after_appending_to(&log, limit - (15 << 20)));
-        // Under `none` nothing would meet the request: the sync thread
-        // would go round without rest.
+        assert!(!log.sync.lock().presync_wanted);
+    }
+
+    #[test]
+    fn none_asks_for_the_active_segment_synced_without_waiting_for_the_synced_position() {
+        let limit = 64 << 20;
         let log = memory_log(Durability::None);
-        assert!(!sync_asked_after_appending_to(&log, limit - (1 << 20)));
+        assert!(!sync_asked_after_appending_to(&log, limit - (17 << 20)));
+        assert!(!log.sync.lock().presync_wanted);
+        // Nothing would meet a request for the synced position under
+        // `none`: the sync thread would go round without rest.
+        assert!(!sync_asked_after_appending_to(&log, limit - (15 << 20)));
+        assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
+        let fsyncs = || log.counters.fsyncs.load(Ordering::Relaxed);
+        let before = fsyncs();
+        log.presync_active().unwrap();
+        assert_eq!(fsyncs(), before + 1);
+        assert!(!sync_asked_after_appending_to(&log, limit - (5 << 20)));
+        assert!(!log.sync.lock().presync_wanted);
+        assert!(!sync_asked_after_appending_to(&log, limit - (3 << 20)));
+        assert!(log.sync.lock().presync_wanted);
     }
 
     #[test]
