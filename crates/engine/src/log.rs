@@ -444,11 +444,14 @@ impl Log {
             && !state.reserve_asked
             && state.reserved < (state.end + RESERVE_AHEAD / 2).min(self.segment_bytes_max);
         state.reserve_asked |= ask_reserve;
-        // Under `none` nothing is kept unsynced (the buffer is dropped once
-        // written), and a request for the synced position would never be
-        // met: the sync thread syncs the active segment without moving it.
+        // Under `none` nothing moves the synced position (the buffer is
+        // dropped once written, and grows only while writes fail), so a
+        // request for it would never be met and would keep the sync thread
+        // going round without rest: there the sync thread syncs the active
+        // segment instead, without moving it.
         let presync_active = presync && self.durability == Durability::None;
-        let wanted = ((presync && !presync_active) || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX)
+        let wanted = (self.durability != Durability::None
+            && (presync || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX))
             .then(|| lsn(state.active.id, state.end));
         drop(state);
         if ask_reserve || presync_active {
@@ -803,8 +806,11 @@ impl Log {
                 }
                 if std::mem::take(&mut sync.presync_wanted) {
                     drop(sync);
-                    // A failure is recorded, sticky, as the rotation's would be.
-                    let _ = self.presync_active();
+                    // A failed sync is recorded, sticky, as the rotation's
+                    // would be, and writes are refused until the log heals.
+                    if let Err(error) = self.presync_active() {
+                        tracing::error!(%error, "syncing the active segment ahead of its rotation");
+                    }
                     continue;
                 }
                 if !pending || sync.failed.is_some() {
@@ -1287,8 +1293,11 @@ mod tests {
         assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
         let fsyncs = || log.counters.fsyncs.load(Ordering::Relaxed);
         let before = fsyncs();
+        let synced = log.synced_lsn.load(Ordering::Acquire);
         log.presync_active().unwrap();
         assert_eq!(fsyncs(), before + 1);
+        // Nothing waits on it under `none`: the synced position stays.
+        assert_eq!(log.synced_lsn.load(Ordering::Acquire), synced);
         assert!(!sync_asked_after_appending_to(&log, limit - (5 << 20)));
         assert!(!log.sync.lock().presync_wanted);
         assert!(!sync_asked_after_appending_to(&log, limit - (3 << 20)));
