@@ -200,8 +200,13 @@ pub fn create_segment(
     if let Err(error) = created {
         // Otherwise a later directory sync (the compactor's, say) could make
         // the name durable without the header, and the next open would
-        // refuse the file unless it happened to be the newest.
-        let _ = fs.remove(&path);
+        // refuse the file unless it happened to be the newest; and with its
+        // header, as the newest log segment, it would make the next open
+        // treat the log's real active segment as sealed. The removal is
+        // made durable too, where the disk still allows it.
+        if fs.remove(&path).is_ok() {
+            let _ = fs.sync_dir(dir);
+        }
         return Err(error);
     }
     Ok(Arc::new(Segment::new(

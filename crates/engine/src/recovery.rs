@@ -340,24 +340,34 @@ fn open_segments(
     hint_ids: &[u32],
     report: &mut RecoveryReport,
 ) -> Result<Vec<Arc<Segment>>> {
-    let mut opened = Vec::new();
-    let newest = ids.last().copied();
+    let newest_file = ids.last().copied();
+    let mut files = Vec::new();
+    let mut newest = segment::NewestByOrigin::default();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
-        let file = fs
-            .open(&path, Some(id) == newest)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        let len = file
-            .len()
-            .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
-        let mut bytes = vec![0u8; (segment::HEADER_BYTES as u64).min(len) as usize];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(|e| Error::io(format!("reading header of {}", path.display()), e))?;
-        let header = match SegmentHeader::decode(&bytes, &path) {
+        let (file, len, bytes) = segment::open_start(fs, &path, Some(id) == newest_file)?;
+        let header = SegmentHeader::decode(&bytes, &path);
+        if let Ok(header) = &header {
+            newest.note(header);
+        }
+        files.push((id, path, file, len, bytes, header));
+    }
+    let mut opened = Vec::new();
+    for (id, path, file, len, bytes, header) in files {
+        let header = match header {
             Ok(header) => header,
-            Err(error) if segment::creation_cut_short(&bytes, len, Some(id) == newest) => {
+            Err(error)
+                if segment::creation_cut_short(
+                    &bytes,
+                    len,
+                    id,
+                    Some(id) == newest_file,
+                    newest,
+                ) =>
+            {
                 tracing::warn!(%error, "removing a segment whose creation was cut short");
                 remove_file(fs, dir, &path)?;
+                report.unfinished_segments += 1;
                 continue;
             }
             Err(error) => return Err(error),
@@ -379,7 +389,7 @@ fn open_segments(
         let segment = Segment::new(path, file, header, len);
         opened.push(Arc::new(segment));
     }
-    reopen_active_writable(fs, &mut opened, newest)?;
+    reopen_active_writable(fs, &mut opened, newest_file)?;
     Ok(opened)
 }
 

@@ -51,14 +51,34 @@ pub(crate) fn salvage(
     hint_ids: &[u32],
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let mut headers = Vec::new();
-    let newest = ids.last().copied();
+    let newest_file = ids.last().copied();
+    let mut starts = Vec::new();
+    let mut newest = segment::NewestByOrigin::default();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
-        let header = match read_header(fs, &path, Some(id) == newest)? {
-            HeaderRead::Intact(header) => Some(header),
-            HeaderRead::Unfinished => continue, // recovery removes it
-            HeaderRead::Damaged => None,
+        let (_, len, bytes) = segment::open_start(fs, &path, false)?;
+        let header = SegmentHeader::decode(&bytes, &path);
+        if let Ok(header) = &header {
+            newest.note(header);
+        }
+        starts.push((id, path, len, bytes, header));
+    }
+    let mut headers = Vec::new();
+    for (id, path, len, bytes, header) in starts {
+        let header = match header {
+            Ok(header) => Some(header),
+            Err(_)
+                if segment::creation_cut_short(
+                    &bytes,
+                    len,
+                    id,
+                    Some(id) == newest_file,
+                    newest,
+                ) =>
+            {
+                continue; // recovery removes it
+            }
+            Err(_) => None,
         };
         headers.push((id, header, path));
     }
@@ -93,28 +113,6 @@ pub(crate) fn salvage(
         report.salvaged_records_skipped += cleaned.skipped;
     }
     Ok(())
-}
-
-/// What a segment's first bytes hold.
-enum HeaderRead {
-    Intact(SegmentHeader),
-    /// A creation cut short ([`segment::creation_cut_short`]).
-    Unfinished,
-    Damaged,
-}
-
-/// Reads a segment's header; `newest` says whether it is the newest file.
-fn read_header(fs: &dyn Fs, path: &Path, newest: bool) -> Result<HeaderRead> {
-    let io = |e| Error::io(format!("reading {}", path.display()), e);
-    let file = fs.open(path, false).map_err(io)?;
-    let len = file.len().map_err(io)?;
-    let mut bytes = vec![0u8; u64::from(segment::HEADER_BYTES).min(len) as usize];
-    file.read_exact_at(&mut bytes, 0).map_err(io)?;
-    Ok(match SegmentHeader::decode(&bytes, path) {
-        Ok(header) => HeaderRead::Intact(header),
-        Err(_) if segment::creation_cut_short(&bytes, len, newest) => HeaderRead::Unfinished,
-        Err(_) => HeaderRead::Damaged,
-    })
 }
 
 /// A segment's bytes without its damaged records.

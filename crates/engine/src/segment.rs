@@ -24,7 +24,7 @@
 //! compactor; its counters are atomics, so any thread may update them.
 
 use crate::error::{Error, Result};
-use crate::fs::FsFile;
+use crate::fs::{Fs, FsFile};
 use crate::record::{u32_at, u64_at, SEQ_MAX};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -133,25 +133,77 @@ impl SegmentHeader {
     }
 }
 
-/// Whether a segment whose header does not decode is what a power cut
+/// Opens the segment file at `path` (for writing if `writable`); returns it
+/// with its length and its first bytes, up to a header's length.
+pub(crate) fn open_start(
+    fs: &dyn Fs,
+    path: &Path,
+    writable: bool,
+) -> Result<(Arc<dyn FsFile>, u64, Vec<u8>)> {
+    let file = fs
+        .open(path, writable)
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    let len = file
+        .len()
+        .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))?;
+    let mut bytes = vec![0u8; u64::from(HEADER_BYTES).min(len) as usize];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| Error::io(format!("reading header of {}", path.display()), e))?;
+    Ok((file, len, bytes))
+}
+
+/// The newest segment of each origin among those whose header could be
+/// read: what [`creation_cut_short`] needs to know.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct NewestByOrigin {
+    log: Option<u32>,
+    compaction: Option<u32>,
+}
+
+impl NewestByOrigin {
+    /// Takes `header` into account.
+    pub(crate) fn note(&mut self, header: &SegmentHeader) {
+        let newest = match header.origin {
+            Origin::Log => &mut self.log,
+            Origin::Compaction => &mut self.compaction,
+        };
+        *newest = (*newest).max(Some(header.id));
+    }
+
+    /// Whether segment `id` is newer than every segment of one origin.
+    fn newer_than_an_origin(&self, id: u32) -> bool {
+        self.log.is_none_or(|log| id > log) || self.compaction.is_none_or(|output| id > output)
+    }
+}
+
+/// Whether segment `id`, whose header does not decode, is what a power cut
 /// leaves of a creation that never finished, rather than damage. Creation
 /// syncs the header before anything is written after it, and only then is
 /// the segment used, so such a file holds nothing that was acknowledged:
 ///
-/// - the newest segment, shorter than two headers: the header's write or
-///   sync was cut short;
-/// - any segment holding no more than a header's length of zeros (or
-///   nothing): its name was made durable by another file's directory sync
-///   (the compactor's, say) before its header was synced, and a later
-///   segment (a compaction output) may already be durable.
+/// - the newest file (`newest_file`), shorter than two headers: the
+///   header's write or sync was cut short;
+/// - a file holding no more than a header's length of zeros (or nothing),
+///   newer than every segment of one origin (`newest`): its name was made
+///   durable by another file's directory sync (the compactor's, say) before
+///   its header was synced. Segments of one origin are created one at a
+///   time, each whole before the next, so an unfinished one is newer than
+///   the rest of its origin; a later segment of the other origin may
+///   already be durable.
 ///
-/// A longer file, or a short one holding anything but zeros, in front of
-/// the newest segment is damage, and open refuses it. `header_bytes` are
-/// the file's first bytes, up to a header's length.
-pub(crate) fn creation_cut_short(header_bytes: &[u8], len: u64, newest: bool) -> bool {
+/// Anything else that does not decode is damage, and open refuses it (an
+/// old segment emptied or zeroed by the file system, say). `header_bytes`
+/// are the file's first bytes, up to a header's length.
+pub(crate) fn creation_cut_short(
+    header_bytes: &[u8],
+    len: u64,
+    id: u32,
+    newest_file: bool,
+    newest: NewestByOrigin,
+) -> bool {
     let header_len = u64::from(HEADER_BYTES);
-    (newest && len < header_len * 2)
-        || (len <= header_len && header_bytes.iter().all(|&byte| byte == 0))
+    let nothing_written = len <= header_len && header_bytes.iter().all(|&byte| byte == 0);
+    (newest_file && len < header_len * 2) || (nothing_written && newest.newer_than_an_origin(id))
 }
 
 /// The file name of segment `id`.

@@ -97,6 +97,9 @@ pub struct RecoveryReport {
     pub truncated_reason: Option<String>,
     /// Unfinished compaction outputs removed.
     pub abandoned_compactions: u64,
+    /// Segment files removed because a power cut interrupted their creation
+    /// before their header reached the disk: they held no records.
+    pub unfinished_segments: u64,
     /// Damaged sealed segments rewritten by salvage (only when asked for,
     /// see [`crate::Config::salvage`]).
     pub salvaged_segments: u64,

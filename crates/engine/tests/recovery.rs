@@ -842,9 +842,10 @@ fn a_compaction_output_without_its_hint_is_discarded_at_open() {
     assert_eq!(contents(&engine, &keys(100)), before);
 }
 
-/// A closed directory holding a compaction output with a higher id than a
-/// free one: returns the items, the free id and the output's id.
-fn directory_with_a_gap_below_an_output(
+/// A closed directory whose log segments and compaction output have
+/// freed ids below them: returns the items, a freed id and the newest
+/// segment's id.
+fn directory_with_a_freed_id(
     fs: &MemFs,
     config: &Config,
     clock: &Clock,
@@ -856,47 +857,58 @@ fn directory_with_a_gap_below_an_output(
     let before = contents(&engine, &keys(200));
     engine.close().unwrap();
     let ids = segment_ids(fs);
-    let output = *ids
+    let newest = *ids.last().unwrap();
+    let origins: Vec<Origin> = ids
         .iter()
-        .rev()
-        .find(|&&id| {
+        .map(|&id| {
             let bytes = fs.read_file(&segment_path(id)).unwrap();
             SegmentHeader::decode(&bytes, &segment_path(id))
                 .unwrap()
                 .origin
-                == Origin::Compaction
         })
-        .expect("compaction wrote an output");
-    let free = (1..output)
+        .collect();
+    assert!(origins.contains(&Origin::Log) && origins.contains(&Origin::Compaction));
+    let freed = (1..newest)
         .find(|id| !ids.contains(id))
-        .expect("compaction freed an id below its output");
-    (before, free, output)
+        .expect("compaction freed an id");
+    (before, freed, newest)
+}
+
+/// A compaction output `id` that a power cut left without its hint.
+fn output_without_hint(fs: &MemFs, id: u32) {
+    let header = SegmentHeader {
+        origin: Origin::Compaction,
+        id,
+        seq_at_creation: 1,
+        flush_seq: 0,
+    };
+    fs.write_file(&segment_path(id), &header.encode()).unwrap();
 }
 
 #[test]
 fn a_segment_whose_header_never_reached_the_disk_is_removed_even_before_a_later_output() {
-    // The compactor's directory sync can make a new segment's name durable
-    // before its creator has synced the header; a power cut then leaves an
-    // empty file (or a header's length of zeros) below a durable output.
+    // A new log segment's name made durable by the compactor's directory
+    // sync before its header was synced, and a compaction output created
+    // after it, durable: the power cut leaves an empty file (or a header's
+    // length of zeros) newer than every log segment, below the output.
     for leftover in [Vec::new(), vec![0; segment::HEADER_BYTES as usize]] {
         let fs = MemFs::new();
         let clock = Clock::system();
         let config = small_segments(4096);
-        let (before, free, output) = directory_with_a_gap_below_an_output(&fs, &config, &clock);
-        fs.write_file(&segment_path(free), &leftover).unwrap();
+        let (before, _, newest) = directory_with_a_freed_id(&fs, &config, &clock);
+        fs.write_file(&segment_path(newest + 1), &leftover).unwrap();
+        output_without_hint(&fs, newest + 2);
 
         let engine = open(&fs, &config, &clock);
+        let what = format!("{} bytes", leftover.len());
         let ids = segment_ids(&fs);
-        assert!(
-            !ids.contains(&free),
-            "{} bytes: the leftover stayed",
-            leftover.len()
-        );
-        assert!(ids.contains(&output));
+        assert!(!ids.contains(&(newest + 1)), "{what}: the leftover stayed");
+        let report = engine.recovery_report();
+        assert_eq!(report.unfinished_segments, 1, "{what}");
+        assert_eq!(report.abandoned_compactions, 1, "{what}");
         assert!(
             contents(&engine, &keys(200)) == before,
-            "{} bytes: items differ",
-            leftover.len()
+            "{what}: items differ"
         );
         set(&engine, b"after", b"reopen");
         let engine = reopen(engine, &fs, &config, &clock);
@@ -905,20 +917,23 @@ fn a_segment_whose_header_never_reached_the_disk_is_removed_even_before_a_later_
 }
 
 #[test]
-fn a_damaged_header_before_a_later_segment_still_fails_open() {
-    let fs = MemFs::new();
-    let clock = Clock::system();
-    let config = small_segments(4096);
-    let (_, free, _) = directory_with_a_gap_below_an_output(&fs, &config, &clock);
-    // Not zeros: something was written there, and open cannot tell what.
+fn an_emptied_or_damaged_header_older_than_both_kinds_of_segment_still_fails_open() {
+    // Zeros, or anything else, where a segment older than a log segment and
+    // an output was: no creation leaves that, so it is damage.
     let mut damaged = vec![0; segment::HEADER_BYTES as usize];
     damaged[3] = 0x5a;
-    fs.write_file(&segment_path(free), &damaged).unwrap();
+    for leftover in [Vec::new(), vec![0; segment::HEADER_BYTES as usize], damaged] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = small_segments(4096);
+        let (_, freed, _) = directory_with_a_freed_id(&fs, &config, &clock);
+        fs.write_file(&segment_path(freed), &leftover).unwrap();
 
-    let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
-    assert_eq!(file, segment_path(free));
-    assert_eq!(offset, 0);
-    assert_eq!(fs.read_file(&segment_path(free)).unwrap(), damaged);
+        let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
+        assert_eq!(file, segment_path(freed), "{} bytes", leftover.len());
+        assert_eq!(offset, 0);
+        assert_eq!(fs.read_file(&segment_path(freed)).unwrap(), leftover);
+    }
 }
 
 /// Fails the `n`th operation of `fault`'s kind during a compaction pass,

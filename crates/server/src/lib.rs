@@ -80,8 +80,9 @@ pub enum ServerError {
 pub struct Shutdown {
     /// Connections still busy when the grace period
     /// ([`limits::SHUTDOWN_GRACE`]) ran out, closed without finishing
-    /// (a client that does not read its replies, say). Connections that
-    /// finished their requests or were idle are not counted.
+    /// (a client that does not read its replies, say; also one refused for
+    /// too many connections whose refusal could not be sent). Connections
+    /// that finished their requests or were idle are not counted.
     pub connections_cut: usize,
 }
 
@@ -164,10 +165,6 @@ impl Server {
             .await
             .is_err()
         {
-            tracing::warn!(
-                connections = connections.len(),
-                "connections still busy after the grace period; closing them"
-            );
             connections.abort_all();
             // A task in the middle of a poll on another worker finishes
             // that poll first; the engine is synced after the last one.
@@ -177,6 +174,10 @@ impl Server {
                     report.connections_cut += 1;
                 }
             }
+            tracing::warn!(
+                connections = report.connections_cut,
+                "connections still busy after the grace period were closed"
+            );
         }
         let engine = Arc::clone(&shared.engine);
         drop(shared);

@@ -213,6 +213,11 @@ impl ServerStats {
         );
         stat(
             out,
+            "recovery_unfinished_segments",
+            engine.recovery.unfinished_segments,
+        );
+        stat(
+            out,
             "recovery_salvaged_segments",
             engine.recovery.salvaged_segments,
         );
