@@ -174,37 +174,43 @@ impl Segments {
 
 /// Creates a new segment file with its header, syncing file and directory
 /// in every durability mode: recovery must be able to read the header of
-/// every segment whose name survived a power cut (a later directory sync,
-/// for a hint file say, makes this name durable too). Segments are created
-/// once per `segment_bytes_max`, so the cost is negligible even for `None`.
+/// every segment whose name survived a power cut. The file is made under a
+/// temporary name (`<name>.tmp`, which recovery deletes) and renamed once
+/// its header is synced, so no segment name ever refers to a file without
+/// its header, even when another file's directory sync (the compactor's,
+/// say) makes a name durable before this creation's own. Segments are
+/// created once per `segment_bytes_max`, so the cost is negligible even
+/// for `None`.
 pub fn create_segment(
     fs: &dyn Fs,
     dir: &std::path::Path,
     header: SegmentHeader,
 ) -> Result<Arc<Segment>> {
-    let path = join(dir, &segment::segment_name(header.id));
+    let name = segment::segment_name(header.id);
+    let path = join(dir, &name);
+    let tmp = join(dir, &format!("{name}.tmp"));
     let file = fs
-        .create(&path)
-        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-    let created = file
-        .write_all_at(&header.encode(), 0)
-        .map_err(|e| Error::io(format!("writing header of {}", path.display()), e))
-        .and_then(|()| {
-            file.sync_data()
-                .map_err(|e| Error::io(format!("syncing {}", path.display()), e))
-        })
-        .and_then(|()| {
-            fs.sync_dir(dir)
-                .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
-        });
-    if let Err(error) = created {
-        // Otherwise a later directory sync (the compactor's, say) could make
-        // the name durable without the header, and the next open would
-        // refuse the file unless it happened to be the newest; and with its
-        // header, as the newest log segment, it would make the next open
-        // treat the log's real active segment as sealed. The removal is
-        // made durable too, where the disk still allows it.
-        if fs.remove(&path).is_ok() {
+        .create(&tmp)
+        .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+    let mut current = &tmp;
+    let mut create = || -> Result<()> {
+        file.write_all_at(&header.encode(), 0)
+            .map_err(|e| Error::io(format!("writing header of {}", tmp.display()), e))?;
+        file.sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        fs.rename(&tmp, &path)
+            .map_err(|e| Error::io(format!("renaming {} to {name}", tmp.display()), e))?;
+        current = &path;
+        fs.sync_dir(dir)
+            .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+    };
+    if let Err(error) = create() {
+        // Not left for a later directory sync to make durable: under its
+        // own name, with its header, it would be the newest log segment at
+        // the next open, which would then take the log's real active
+        // segment for a sealed one. The removal is made durable too, where
+        // the disk still allows it.
+        if fs.remove(current).is_ok() {
             let _ = fs.sync_dir(dir);
         }
         return Err(error);
@@ -1036,7 +1042,9 @@ impl Log {
             .write_all_at(&state.buffer, start)
             .and_then(|()| new.file.sync_data());
         if let Err(error) = copied {
-            let _ = self.fs.remove(&new.path);
+            if self.fs.remove(&new.path).is_ok() {
+                let _ = self.fs.sync_dir(&self.dir);
+            }
             return Err(io("copying the unsynced records to", &new.path, error));
         }
         let moved = moved_records(&state.buffer, &old, base, &new, start);
@@ -1307,6 +1315,40 @@ mod tests {
         assert!(!log.sync.lock().presync_wanted);
         assert!(!sync_asked_after_appending_to(&log, limit - (3 << 20)));
         assert!(log.sync.lock().presync_wanted);
+    }
+
+    #[test]
+    fn a_segment_is_named_only_once_its_header_is_synced_and_a_failed_creation_leaves_nothing() {
+        use crate::fs::{FaultKind, MemFs};
+        let dir = PathBuf::from("/data");
+        let header = SegmentHeader {
+            origin: segment::Origin::Log,
+            id: 7,
+            seq_at_creation: 1,
+            flush_seq: 0,
+        };
+        // Fail the header's sync, then the directory's (after the rename).
+        for nth in 1..=2 {
+            let fs = MemFs::new();
+            fs.create_dir_all(&dir).unwrap();
+            fs.inject_nth(FaultKind::EioOnSync, nth);
+            assert!(create_segment(&fs, &dir, header).is_err(), "sync {nth}");
+            fs.clear_faults();
+            assert!(
+                fs.file_names(&dir).is_empty(),
+                "sync {nth}: {:?}",
+                fs.file_names(&dir)
+            );
+            fs.power_cut(None);
+            assert!(fs.file_names(&dir).is_empty(), "sync {nth}, power cut");
+        }
+        let fs = MemFs::new();
+        fs.create_dir_all(&dir).unwrap();
+        create_segment(&fs, &dir, header).unwrap();
+        fs.power_cut(None);
+        assert_eq!(fs.file_names(&dir), [segment::segment_name(7)]);
+        let bytes = fs.read_file(&dir.join(segment::segment_name(7))).unwrap();
+        assert_eq!(bytes, header.encode());
     }
 
     #[test]

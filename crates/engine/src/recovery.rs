@@ -331,8 +331,8 @@ fn list_files(fs: &dyn Fs, dir: &Path) -> Result<(Vec<u32>, Vec<u32>)> {
 
 /// Opens every segment and checks its header. Removes compaction outputs
 /// that never got their hint file (a compaction cut short: its sources are
-/// all still there) and segments whose header never made it to disk
-/// ([`segment::creation_cut_short`]).
+/// all still there) and a newest segment whose header never made it to
+/// disk ([`segment::creation_cut_short`]).
 fn open_segments(
     fs: &dyn Fs,
     dir: &Path,
@@ -341,30 +341,13 @@ fn open_segments(
     report: &mut RecoveryReport,
 ) -> Result<Vec<Arc<Segment>>> {
     let newest_file = ids.last().copied();
-    let mut files = Vec::new();
-    let mut newest = segment::NewestByOrigin::default();
+    let mut opened = Vec::new();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
         let (file, len, bytes) = segment::open_start(fs, &path, Some(id) == newest_file)?;
-        let header = SegmentHeader::decode(&bytes, &path);
-        if let Ok(header) = &header {
-            newest.note(header);
-        }
-        files.push((id, path, file, len, bytes, header));
-    }
-    let mut opened = Vec::new();
-    for (id, path, file, len, bytes, header) in files {
-        let header = match header {
+        let header = match SegmentHeader::decode(&bytes, &path) {
             Ok(header) => header,
-            Err(error)
-                if segment::creation_cut_short(
-                    &bytes,
-                    len,
-                    id,
-                    Some(id) == newest_file,
-                    newest,
-                ) =>
-            {
+            Err(error) if segment::creation_cut_short(len, Some(id) == newest_file) => {
                 tracing::warn!(%error, "removing a segment whose creation was cut short");
                 remove_file(fs, dir, &path)?;
                 report.unfinished_segments += 1;

@@ -52,32 +52,14 @@ pub(crate) fn salvage(
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let newest_file = ids.last().copied();
-    let mut starts = Vec::new();
-    let mut newest = segment::NewestByOrigin::default();
+    let mut headers = Vec::new();
     for &id in ids {
         let path = join(dir, &segment::segment_name(id));
         let (_, len, bytes) = segment::open_start(fs, &path, false)?;
-        let header = SegmentHeader::decode(&bytes, &path);
-        if let Ok(header) = &header {
-            newest.note(header);
-        }
-        starts.push((id, path, len, bytes, header));
-    }
-    let mut headers = Vec::new();
-    for (id, path, len, bytes, header) in starts {
-        let header = match header {
+        let header = match SegmentHeader::decode(&bytes, &path) {
             Ok(header) => Some(header),
-            Err(_)
-                if segment::creation_cut_short(
-                    &bytes,
-                    len,
-                    id,
-                    Some(id) == newest_file,
-                    newest,
-                ) =>
-            {
-                continue; // recovery removes it
-            }
+            // Recovery removes it.
+            Err(_) if segment::creation_cut_short(len, Some(id) == newest_file) => continue,
             Err(_) => None,
         };
         headers.push((id, header, path));

@@ -152,58 +152,16 @@ pub(crate) fn open_start(
     Ok((file, len, bytes))
 }
 
-/// The newest segment of each origin among those whose header could be
-/// read: what [`creation_cut_short`] needs to know.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct NewestByOrigin {
-    log: Option<u32>,
-    compaction: Option<u32>,
-}
-
-impl NewestByOrigin {
-    /// Takes `header` into account.
-    pub(crate) fn note(&mut self, header: &SegmentHeader) {
-        let newest = match header.origin {
-            Origin::Log => &mut self.log,
-            Origin::Compaction => &mut self.compaction,
-        };
-        *newest = (*newest).max(Some(header.id));
-    }
-
-    /// Whether segment `id` is newer than every segment of one origin.
-    fn newer_than_an_origin(&self, id: u32) -> bool {
-        self.log.is_none_or(|log| id > log) || self.compaction.is_none_or(|output| id > output)
-    }
-}
-
-/// Whether segment `id`, whose header does not decode, is what a power cut
-/// leaves of a creation that never finished, rather than damage. Creation
-/// syncs the header before anything is written after it, and only then is
-/// the segment used, so such a file holds nothing that was acknowledged:
-///
-/// - the newest file (`newest_file`), shorter than two headers: the
-///   header's write or sync was cut short;
-/// - a file holding no more than a header's length of zeros (or nothing),
-///   newer than every segment of one origin (`newest`): its name was made
-///   durable by another file's directory sync (the compactor's, say) before
-///   its header was synced. Segments of one origin are created one at a
-///   time, each whole before the next, so an unfinished one is newer than
-///   the rest of its origin; a later segment of the other origin may
-///   already be durable.
-///
-/// Anything else that does not decode is damage, and open refuses it (an
-/// old segment emptied or zeroed by the file system, say). `header_bytes`
-/// are the file's first bytes, up to a header's length.
-pub(crate) fn creation_cut_short(
-    header_bytes: &[u8],
-    len: u64,
-    id: u32,
-    newest_file: bool,
-    newest: NewestByOrigin,
-) -> bool {
-    let header_len = u64::from(HEADER_BYTES);
-    let nothing_written = len <= header_len && header_bytes.iter().all(|&byte| byte == 0);
-    (newest_file && len < header_len * 2) || (nothing_written && newest.newer_than_an_origin(id))
+/// Whether a segment whose header does not decode is what a power cut left
+/// of a creation that never finished, rather than damage: the newest file,
+/// shorter than two headers. Larder creates segments under a temporary name
+/// and renames them once their header is synced ([`crate::log`]'s
+/// `create_segment`), so it no longer leaves such a file; earlier builds
+/// created them under their own name, and a directory they wrote may still
+/// hold one. Anything else that does not decode is damage, and
+/// open refuses it.
+pub(crate) fn creation_cut_short(len: u64, newest_file: bool) -> bool {
+    newest_file && len < u64::from(HEADER_BYTES) * 2
 }
 
 /// The file name of segment `id`.

@@ -886,26 +886,25 @@ fn output_without_hint(fs: &MemFs, id: u32) {
 }
 
 #[test]
-fn a_segment_whose_header_never_reached_the_disk_is_removed_even_before_a_later_output() {
+fn a_segment_left_under_its_temporary_name_is_removed_even_below_a_later_output() {
     // A new log segment's name made durable by the compactor's directory
     // sync before its header was synced, and a compaction output created
-    // after it, durable: the power cut leaves an empty file (or a header's
-    // length of zeros) newer than every log segment, below the output.
+    // after it, durable: segments are made under a temporary name and
+    // renamed once their header is synced, so the power cut leaves the
+    // temporary name, which open deletes.
     for leftover in [Vec::new(), vec![0; segment::HEADER_BYTES as usize]] {
         let fs = MemFs::new();
         let clock = Clock::system();
         let config = small_segments(4096);
         let (before, _, newest) = directory_with_a_freed_id(&fs, &config, &clock);
-        fs.write_file(&segment_path(newest + 1), &leftover).unwrap();
+        let tmp = path(&format!("{}.tmp", segment::segment_name(newest + 1)));
+        fs.write_file(&tmp, &leftover).unwrap();
         output_without_hint(&fs, newest + 2);
 
         let engine = open(&fs, &config, &clock);
         let what = format!("{} bytes", leftover.len());
-        let ids = segment_ids(&fs);
-        assert!(!ids.contains(&(newest + 1)), "{what}: the leftover stayed");
-        let report = engine.recovery_report();
-        assert_eq!(report.unfinished_segments, 1, "{what}");
-        assert_eq!(report.abandoned_compactions, 1, "{what}");
+        assert!(fs.read_file(&tmp).is_none(), "{what}: the leftover stayed");
+        assert_eq!(engine.recovery_report().abandoned_compactions, 1, "{what}");
         assert!(
             contents(&engine, &keys(200)) == before,
             "{what}: items differ"
@@ -917,23 +916,49 @@ fn a_segment_whose_header_never_reached_the_disk_is_removed_even_before_a_later_
 }
 
 #[test]
-fn an_emptied_or_damaged_header_older_than_both_kinds_of_segment_still_fails_open() {
-    // Zeros, or anything else, where a segment older than a log segment and
-    // an output was: no creation leaves that, so it is damage.
+fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open() {
+    // No creation leaves a segment name without its header, so wherever
+    // one is found before the newest file, it is damage: one older than
+    // both kinds of segment, or one newer than every log segment with a
+    // compaction output after it.
     let mut damaged = vec![0; segment::HEADER_BYTES as usize];
     damaged[3] = 0x5a;
     for leftover in [Vec::new(), vec![0; segment::HEADER_BYTES as usize], damaged] {
-        let fs = MemFs::new();
-        let clock = Clock::system();
-        let config = small_segments(4096);
-        let (_, freed, _) = directory_with_a_freed_id(&fs, &config, &clock);
-        fs.write_file(&segment_path(freed), &leftover).unwrap();
+        for where_ in ["freed id", "after the log"] {
+            let fs = MemFs::new();
+            let clock = Clock::system();
+            let config = small_segments(4096);
+            let (_, freed, newest) = directory_with_a_freed_id(&fs, &config, &clock);
+            let id = if where_ == "freed id" {
+                freed
+            } else {
+                output_without_hint(&fs, newest + 2);
+                newest + 1
+            };
+            fs.write_file(&segment_path(id), &leftover).unwrap();
 
-        let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
-        assert_eq!(file, segment_path(freed), "{} bytes", leftover.len());
-        assert_eq!(offset, 0);
-        assert_eq!(fs.read_file(&segment_path(freed)).unwrap(), leftover);
+            let what = format!("{} bytes at the {where_}", leftover.len());
+            let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
+            assert_eq!(file, segment_path(id), "{what}");
+            assert_eq!(offset, 0, "{what}");
+            assert_eq!(fs.read_file(&segment_path(id)).unwrap(), leftover, "{what}");
+        }
     }
+}
+
+#[test]
+fn a_newest_segment_without_its_header_is_removed_and_counted() {
+    // What a Larder that created segments under their own name could leave.
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    let (before, _, newest) = directory_with_a_freed_id(&fs, &config, &clock);
+    fs.write_file(&segment_path(newest + 1), &[]).unwrap();
+
+    let engine = open(&fs, &config, &clock);
+    assert!(!segment_ids(&fs).contains(&(newest + 1)));
+    assert_eq!(engine.recovery_report().unfinished_segments, 1);
+    assert!(contents(&engine, &keys(200)) == before);
 }
 
 /// Fails the `n`th operation of `fault`'s kind during a compaction pass,
