@@ -825,7 +825,13 @@ impl Log {
                     continue;
                 }
                 if !pending || sync.failed.is_some() {
-                    let wait = SYNC_INTERVAL.saturating_sub(last_sync.elapsed());
+                    // After a failed sync nothing is synced until the log
+                    // heals: wait a whole interval (or a notice), rather
+                    // than find the interval over and go round at once.
+                    let wait = match sync.failed {
+                        Some(_) => SYNC_INTERVAL,
+                        None => SYNC_INTERVAL.saturating_sub(last_sync.elapsed()),
+                    };
                     if self.durability == Durability::Always || wait > Duration::ZERO {
                         self.sync_wanted
                             .wait_for(&mut sync, wait.max(Duration::from_millis(1)));
