@@ -61,7 +61,12 @@ const BUFFER_BYTES_SOFT_MAX: usize = 1 << 20;
 /// Past this many buffered bytes (writes keep failing) appends are refused.
 const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// Past this many written but unsynced bytes, an append asks for a sync
-/// early, bounding what is kept for [`Log::heal`].
+/// early, bounding what is kept for [`Log::heal`]: the records since the
+/// last good sync, which heal writes again to a new segment after a failed
+/// one. Under `none` too, where nothing else would bound it (the marks
+/// before the segment's limit, [`PRESYNC_AHEAD`], usually come first: with
+/// 64 MiB segments about 48 MiB is kept at most); there the append asks
+/// once, as it crosses this.
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// How far before the active segment's size limit an append asks for a
 /// sync, at each of these distances. The rotation that seals the segment
@@ -230,7 +235,7 @@ struct LogState {
     /// Bytes of the active segment handed to the OS.
     written: u64,
     /// Offset of `buffer[0]` in the active segment: everything before it is
-    /// synced (with `Durability::None`, written).
+    /// synced.
     base: u64,
     /// Bytes `[base, end)` of the active segment: not yet written, or
     /// written and not yet synced. Kept so that after a failed sync the
@@ -460,9 +465,12 @@ impl Log {
         // request for it would never be met and would keep the sync thread
         // going round without rest: there the sync thread syncs the active
         // segment instead, without moving it.
-        let presync_active = presync && self.durability == Durability::None;
-        let wanted = (self.durability != Durability::None
-            && (presync || state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX))
+        let over_unsynced_max = state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX;
+        let presync_active = self.durability == Durability::None
+            && (presync
+                || (over_unsynced_max
+                    && state.buffer.len() - len as usize <= UNSYNCED_BYTES_SOFT_MAX));
+        let wanted = (self.durability != Durability::None && (presync || over_unsynced_max))
             .then(|| lsn(state.active.id, state.end));
         drop(state);
         if ask_reserve || presync_active {
@@ -573,9 +581,6 @@ impl Log {
             .log_bytes_written
             .fetch_add(unwritten_len, Ordering::Relaxed);
         state.written = state.end;
-        if self.durability == Durability::None {
-            state.forget_before(state.written);
-        }
         if state.write_error.take().is_some() {
             self.write_failing.store(false, Ordering::Release);
         }
@@ -940,17 +945,20 @@ impl Log {
     /// Under `None`: writes out and syncs the active segment, outside the
     /// log lock, so that its rotation, which syncs it again under the lock
     /// while every append waits, finds only what came after this (see
-    /// [`PRESYNC_AHEAD`]). Publishes nothing: under `None` no committer
-    /// waits for a sync. If the segment was sealed meanwhile, its rotation
-    /// synced it and this sync finds it clean.
+    /// [`PRESYNC_AHEAD`]); and drops the buffered records it made durable
+    /// (see [`UNSYNCED_BYTES_SOFT_MAX`]). Under `None` no committer waits
+    /// for the position it publishes. If the segment was sealed meanwhile,
+    /// its rotation synced it and this sync finds it clean.
     fn presync_active(&self) -> Result<()> {
-        let segment = {
+        let (segment, position) = {
             let mut state = self.state.lock();
             self.write_out(&mut state)?;
-            Arc::clone(&state.active)
+            (
+                Arc::clone(&state.active),
+                lsn(state.active.id, state.written),
+            )
         };
-        drop(self.sync_file(&segment)?);
-        Ok(())
+        self.sync_and_publish(&segment, position)
     }
 
     /// `fdatasync` of `segment`, which holds the log up to `position`, then
@@ -1251,6 +1259,11 @@ mod tests {
 
     /// A log of 64 MiB segments on a `MemFs`, with no sync thread.
     fn memory_log(durability: Durability) -> Log {
+        memory_log_of(durability, 64 << 20)
+    }
+
+    /// A log of `segment_bytes_max` segments on a `MemFs`, no sync thread.
+    fn memory_log_of(durability: Durability, segment_bytes_max: u32) -> Log {
         let fs: Arc<dyn Fs> = Arc::new(crate::fs::MemFs::new());
         let dir = PathBuf::from("/data");
         fs.create_dir_all(&dir).unwrap();
@@ -1268,7 +1281,7 @@ mod tests {
             fs,
             dir,
             durability,
-            64 << 20,
+            segment_bytes_max,
             segments,
             Arc::new(Counters::default()),
             active,
@@ -1312,14 +1325,41 @@ mod tests {
         assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
         let fsyncs = || log.counters.fsyncs.load(Ordering::Relaxed);
         let before = fsyncs();
-        let synced = log.synced_lsn.load(Ordering::Acquire);
         log.presync_active().unwrap();
         assert_eq!(fsyncs(), before + 1);
-        // Nothing waits on it under `none`: the synced position stays.
-        assert_eq!(log.synced_lsn.load(Ordering::Acquire), synced);
+        // What it made durable is no longer kept for a heal.
+        let state = log.state.lock();
+        assert!(state.buffer.is_empty(), "{} bytes kept", state.buffer.len());
+        assert_eq!(
+            log.synced_lsn.load(Ordering::Acquire),
+            lsn(state.active.id, state.end)
+        );
+        drop(state);
         assert!(!sync_asked_after_appending_to(&log, limit - (5 << 20)));
         assert!(!log.sync.lock().presync_wanted);
         assert!(!sync_asked_after_appending_to(&log, limit - (3 << 20)));
+        assert!(log.sync.lock().presync_wanted);
+    }
+
+    #[test]
+    fn none_asks_for_a_sync_once_the_records_kept_for_a_heal_pass_their_bound() {
+        // Segments large enough that the marks before the limit come late.
+        let log = memory_log_of(Durability::None, 256 << 20);
+        let header = u64::from(segment::HEADER_BYTES);
+        let bound = header + UNSYNCED_BYTES_SOFT_MAX as u64;
+        assert!(!sync_asked_after_appending_to(&log, bound));
+        assert!(!log.sync.lock().presync_wanted);
+        assert!(!sync_asked_after_appending_to(&log, bound + (1 << 20)));
+        assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
+        // Asked once, as the bound is crossed, not by every append past it.
+        assert!(!sync_asked_after_appending_to(&log, bound + (3 << 20)));
+        assert!(!log.sync.lock().presync_wanted);
+        log.presync_active().unwrap();
+        assert!(log.state.lock().buffer.is_empty());
+        // Crossed again, asked again.
+        let end = log.state.lock().end;
+        let again = end + UNSYNCED_BYTES_SOFT_MAX as u64 + (1 << 20);
+        assert!(!sync_asked_after_appending_to(&log, again));
         assert!(log.sync.lock().presync_wanted);
     }
 
