@@ -1388,6 +1388,21 @@ mod tests {
             fs.power_cut(None);
             assert!(fs.file_names(&dir).is_empty(), "sync {nth}, power cut");
         }
+        // The header's sync fails and so does the removal after it (or the
+        // process dies there); another file's directory sync (the
+        // compactor's, say) then makes whatever name the file has durable.
+        // It is a temporary name, which open deletes, never a segment's.
+        let fs = MemFs::new();
+        fs.create_dir_all(&dir).unwrap();
+        fs.inject_nth(FaultKind::EioOnSync, 1);
+        fs.inject(FaultKind::EioOnRemove);
+        assert!(create_segment(&fs, &dir, header).is_err());
+        fs.clear_faults();
+        fs.sync_dir(&dir).unwrap();
+        fs.power_cut(None);
+        let names = fs.file_names(&dir);
+        assert_eq!(names, [format!("{}.tmp", segment::segment_name(7))]);
+
         let fs = MemFs::new();
         fs.create_dir_all(&dir).unwrap();
         create_segment(&fs, &dir, header).unwrap();

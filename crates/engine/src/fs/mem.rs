@@ -79,6 +79,9 @@ pub enum FaultKind {
     /// `sync_data` does (Linux forgets only the range's, and reports the
     /// error once; forgetting more is the harsher test).
     EioOnSync,
+    /// The disk fails unlinks: `remove` fails with `EIO` and changes
+    /// nothing.
+    EioOnRemove,
 }
 
 /// The operations a fault can apply to.
@@ -89,6 +92,7 @@ enum Op {
     Grow,
     Shrink,
     Sync,
+    Remove,
 }
 
 impl FaultKind {
@@ -97,13 +101,16 @@ impl FaultKind {
             FaultKind::NoSpace => matches!(op, Op::Create | Op::Write | Op::Grow),
             FaultKind::Eio => matches!(op, Op::Write | Op::Grow | Op::Shrink),
             FaultKind::EioOnSync => op == Op::Sync,
+            FaultKind::EioOnRemove => op == Op::Remove,
         }
     }
 
     fn error(self) -> io::Error {
         match self {
             FaultKind::NoSpace => io::Error::from_raw_os_error(libc::ENOSPC),
-            FaultKind::Eio | FaultKind::EioOnSync => io::Error::from_raw_os_error(libc::EIO),
+            FaultKind::Eio | FaultKind::EioOnSync | FaultKind::EioOnRemove => {
+                io::Error::from_raw_os_error(libc::EIO)
+            }
         }
     }
 }
@@ -708,6 +715,7 @@ impl Fs for MemFs {
         let path = normalize(path);
         let mut state = self.state.lock();
         let id = state.lookup(&path)?;
+        state.check_fault(Op::Remove)?;
         let (dir, name) = split(&path)?;
         state.dir_mut(dir)?.current.remove(name);
         state.release_if_orphan(id);
