@@ -86,6 +86,17 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
             }
         };
         report.segments += 1;
+        if header.id != id {
+            // Recovery refuses it: the file may be a copy of another
+            // segment under the wrong name.
+            report.damage.push(damage(
+                &path,
+                0,
+                None,
+                format!("header names segment {}, file name {id}", header.id),
+            ));
+            continue;
+        }
         if header.origin == Origin::Log {
             newest_log = Some(id);
         }
@@ -407,6 +418,26 @@ mod tests {
         let damaged: Vec<PathBuf> = report.damage.iter().map(|d| d.file.clone()).collect();
         assert_eq!(damaged, [seg(2)]);
         assert_eq!(report.segments, 2);
+        assert_eq!(report.records, 3);
+    }
+
+    #[test]
+    fn a_segment_whose_header_names_another_is_damage_as_recovery_refuses_it() {
+        let fs = MemFs::new();
+        let seg = |id: u32| PathBuf::from(format!("/d/{id:010}.seg"));
+        let first = segment_with_records(3);
+        fs.write_file(&seg(1), &first).unwrap();
+        // A copy of segment 1 under the name of segment 2.
+        fs.write_file(&seg(2), &first).unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].file, seg(2));
+        assert_eq!(
+            report.damage[0].reason,
+            "header names segment 1, file name 2"
+        );
+        assert_eq!(report.segments, 2);
+        // Its records are not counted as if they were a segment's own.
         assert_eq!(report.records, 3);
     }
 

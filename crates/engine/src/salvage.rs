@@ -25,9 +25,14 @@
 //! and a hint that already describes the cleaned copy does not match it (a
 //! hint names its segment's length), so recovery scans the original, finds
 //! the damage and refuses again; running salvage again finishes the job.
-//! Leftover `.tmp` files are removed at the next start. A damaged segment
-//! header, or damage in the active (newest log) segment, is not salvage's
-//! business: recovery refuses the former and cuts the latter.
+//! Leftover `.tmp` files are removed at the next start.
+//!
+//! A segment whose header does not decode and that is too short to hold a
+//! record (empty, or a header's length of zeros, which a power cut could
+//! leave where earlier builds created a segment) is moved to `damaged/`
+//! whole, with its hint if any. A damaged header in front of records is not
+//! salvage's business, nor is damage in the active (newest log) segment:
+//! recovery refuses the former and cuts the latter.
 
 use crate::check::{walk_records, Tail, Walked};
 use crate::error::{Error, Result};
@@ -62,18 +67,26 @@ pub(crate) fn salvage(
             Err(_) if segment::creation_cut_short(len, Some(id) == newest_file) => continue,
             Err(_) => None,
         };
-        headers.push((id, header, path));
+        headers.push((id, header, path, len));
     }
     let active = headers
         .iter()
         .rev()
-        .find(|(_, header, _)| header.is_some_and(|h| h.origin == Origin::Log))
-        .map(|(id, _, _)| *id);
-    for (id, header, path) in &headers {
+        .find(|(_, header, _, _)| header.is_some_and(|h| h.origin == Origin::Log))
+        .map(|(id, _, _, _)| *id);
+    for (id, header, path, len) in &headers {
         if Some(*id) == active {
             continue;
         }
         let Some(header) = header else {
+            if *len <= u64::from(segment::HEADER_BYTES) {
+                // No room for a record: empty, or a header's length of
+                // something else (zeros, where an earlier build's creation
+                // was cut short by a power cut).
+                set_aside(fs, dir, *id, path, hint_ids.binary_search(id).is_ok())?;
+                report.salvaged_segments += 1;
+                continue;
+            }
             tracing::error!(
                 file = %path.display(),
                 "salvage: the segment header is damaged; this file cannot be salvaged"
@@ -206,6 +219,31 @@ fn replace(
         skipped = cleaned.skipped,
         original = %kept.display(),
         "salvage: rewrote the segment with its intact records"
+    );
+    Ok(())
+}
+
+/// Moves segment `id`, which has no header and no room for a record, to
+/// `damaged/` (a durable copy, then the removal), with its hint if it has
+/// one.
+fn set_aside(fs: &dyn Fs, dir: &Path, id: u32, path: &Path, has_hint: bool) -> Result<()> {
+    let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
+    let bytes = read_all(fs, path).map_err(|e| io("reading", path, e))?;
+    let kept = keep_original(fs, dir, path, &bytes)?;
+    if has_hint {
+        // First, and durably: a hint left without its segment could be
+        // taken up by a later segment of the same id.
+        let hint = join(dir, &segment::hint_name(id));
+        fs.remove(&hint).map_err(|e| io("removing", &hint, e))?;
+        fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
+    }
+    fs.remove(path).map_err(|e| io("removing", path, e))?;
+    fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
+    tracing::warn!(
+        file = %path.display(),
+        bytes = bytes.len(),
+        original = %kept.display(),
+        "salvage: moved aside a segment without a header, too short to hold a record"
     );
     Ok(())
 }

@@ -154,14 +154,14 @@ pub(crate) fn open_start(
 
 /// Whether a segment whose header does not decode is what a power cut left
 /// of a creation that never finished, rather than damage: the newest file,
-/// shorter than two headers. Larder creates segments under a temporary name
-/// and renames them once their header is synced ([`crate::log`]'s
-/// `create_segment`), so it no longer leaves such a file; earlier builds
-/// created them under their own name, and a directory they wrote may still
-/// hold one. Anything else that does not decode is damage, and
-/// open refuses it.
+/// no longer than a header, so with no room for a record. Larder creates
+/// segments under a temporary name and renames them once their header is
+/// synced ([`crate::log`]'s `create_segment`), so it no longer leaves such
+/// a file; earlier builds created them under their own name, and a
+/// directory they wrote may still hold one. Anything else that does not
+/// decode is damage, and open refuses it.
 pub(crate) fn creation_cut_short(len: u64, newest_file: bool) -> bool {
-    newest_file && len < u64::from(HEADER_BYTES) * 2
+    newest_file && len <= u64::from(HEADER_BYTES)
 }
 
 /// The file name of segment `id`.

@@ -916,7 +916,8 @@ fn a_segment_left_under_its_temporary_name_is_removed_even_below_a_later_output(
 }
 
 #[test]
-fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open() {
+fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open_and_salvage_sets_it_aside(
+) {
     // No creation leaves a segment name without its header, so wherever
     // one is found before the newest file, it is damage: one older than
     // both kinds of segment, or one newer than every log segment with a
@@ -928,7 +929,7 @@ fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open() {
             let fs = MemFs::new();
             let clock = Clock::system();
             let config = small_segments(4096);
-            let (_, freed, newest) = directory_with_a_freed_id(&fs, &config, &clock);
+            let (before, freed, newest) = directory_with_a_freed_id(&fs, &config, &clock);
             let id = if where_ == "freed id" {
                 freed
             } else {
@@ -942,6 +943,28 @@ fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open() {
             assert_eq!(file, segment_path(id), "{what}");
             assert_eq!(offset, 0, "{what}");
             assert_eq!(fs.read_file(&segment_path(id)).unwrap(), leftover, "{what}");
+
+            // Too short to hold a record: salvage moves it aside whole.
+            let salvage = Config {
+                salvage: true,
+                ..config.clone()
+            };
+            let engine = open(&fs, &salvage, &clock);
+            assert_eq!(engine.recovery_report().salvaged_segments, 1, "{what}");
+            assert!(
+                contents(&engine, &keys(200)) == before,
+                "{what}: items differ"
+            );
+            assert!(fs.read_file(&segment_path(id)).is_none(), "{what}");
+            let aside = path(&format!("damaged/{}", segment::segment_name(id)));
+            assert_eq!(fs.read_file(&aside).unwrap(), leftover, "{what}");
+            fs.power_cut(None);
+            drop(engine);
+            let engine = open(&fs, &config, &clock);
+            assert!(
+                contents(&engine, &keys(200)) == before,
+                "{what}: after a power cut"
+            );
         }
     }
 }
@@ -959,6 +982,24 @@ fn a_newest_segment_without_its_header_is_removed_and_counted() {
     assert!(!segment_ids(&fs).contains(&(newest + 1)));
     assert_eq!(engine.recovery_report().unfinished_segments, 1);
     assert!(contents(&engine, &keys(200)) == before);
+}
+
+#[test]
+fn a_newest_segment_with_a_damaged_header_and_bytes_after_it_fails_open() {
+    // Room for a record after the header: whatever it holds, the file is
+    // not an unfinished creation (no creation writes past the header
+    // before the header is synced), and open leaves it to the operator.
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    let (_, _, newest) = directory_with_a_freed_id(&fs, &config, &clock);
+    let mut leftover = vec![0; segment::HEADER_BYTES as usize];
+    leftover.extend_from_slice(&[0x5a; 20]);
+    fs.write_file(&segment_path(newest + 1), &leftover).unwrap();
+    let (file, offset, _) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, segment_path(newest + 1));
+    assert_eq!(offset, 0);
+    assert_eq!(fs.read_file(&segment_path(newest + 1)).unwrap(), leftover);
 }
 
 /// Fails the `n`th operation of `fault`'s kind during a compaction pass,
