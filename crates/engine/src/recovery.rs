@@ -204,6 +204,16 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
             segment.sealed.store(true, Ordering::Relaxed);
         }
     }
+    // A killed process may have left the active segment's last records in
+    // the page cache only. The log takes everything before `active_len` as
+    // synced: a failed sync later could drop those pages, and heal, which
+    // rewrites only what came after the last good sync, would not know.
+    if let Some(active) = active_id.and_then(|id| opened.iter().find(|s| s.id == id)) {
+        active
+            .file
+            .sync_data()
+            .map_err(|e| Error::io(format!("syncing {}", active.path.display()), e))?;
+    }
     let next_seq = next_seq.max(resolver.max_seq + 1);
     let flush_seq = resolver.flush_seq;
     // A delayed flush not yet carried out stays pending. If it came due while

@@ -373,3 +373,33 @@ fn under_always_what_was_written_is_acknowledged_while_later_writes_fail() {
         );
     }
 }
+
+#[test]
+fn what_a_killed_process_left_unsynced_is_synced_at_open_so_a_later_failed_sync_drops_none_of_it() {
+    for durability in [Durability::EverySec, Durability::None] {
+        let (fs, clock, config, engine) = started(durability, 20);
+        // Killed before its next sync: the records are in the page cache
+        // only, and the next open finds them there.
+        fs.crash_process();
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+        store_and_commit(&engine, b"after", b"a").unwrap();
+        // A failed sync may drop any unsynced page of the active segment;
+        // heal rewrites what the log kept since its last good sync, which
+        // is where open found the segment's end. Unless open synced the
+        // records before that end, the failed sync left them a hole that
+        // the power cut below turns to zeros, and the next open refuses.
+        fs.inject(FaultKind::EioOnSync);
+        assert!(engine.sync().is_err());
+        fs.clear_faults();
+        engine.maintain_now();
+        assert!(engine.stats().sync_failure.is_none(), "healed");
+        engine.sync().unwrap();
+        fs.power_cut(None);
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+        assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
+    }
+}
