@@ -460,16 +460,14 @@ impl Log {
             && !state.reserve_asked
             && state.reserved < (state.end + RESERVE_AHEAD / 2).min(self.segment_bytes_max);
         state.reserve_asked |= ask_reserve;
-        // Under `none` nothing moves the synced position (the buffer is
-        // dropped once written, and grows only while writes fail), so a
-        // request for it would never be met and would keep the sync thread
-        // going round without rest: there the sync thread syncs the active
-        // segment instead, without moving it.
+        // Under `none` no committer waits for the synced position, so no
+        // append asks for it; the sync thread syncs the active segment
+        // instead ([`Log::presync_active`]) at the marks before its limit,
+        // and whenever the records kept for a heal are past their bound:
+        // every append past it asks again, so that an attempt that failed
+        // to write is retried.
         let over_unsynced_max = state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX;
-        let presync_active = self.durability == Durability::None
-            && (presync
-                || (over_unsynced_max
-                    && state.buffer.len() - len as usize <= UNSYNCED_BYTES_SOFT_MAX));
+        let presync_active = self.durability == Durability::None && (presync || over_unsynced_max);
         let wanted = (self.durability != Durability::None && (presync || over_unsynced_max))
             .then(|| lsn(state.active.id, state.end));
         drop(state);
@@ -824,8 +822,13 @@ impl Log {
                     drop(sync);
                     // A failed sync is recorded, sticky, as the rotation's
                     // would be, and writes are refused until the log heals.
+                    // A failed write is retried by the next append that
+                    // asks, after a pause.
                     if let Err(error) = self.presync_active() {
-                        tracing::error!(%error, "syncing the active segment ahead of its rotation");
+                        tracing::error!(%error, "writing out and syncing the active segment early");
+                        if self.write_failing.load(Ordering::Acquire) {
+                            self.pause_after_a_failed_write();
+                        }
                     }
                     continue;
                 }
@@ -857,14 +860,16 @@ impl Log {
             if result.is_err() && self.write_failing.load(Ordering::Acquire) {
                 // Committers retry the write themselves and get its error;
                 // this thread retries too, but not in a tight loop.
-                let deadline = Instant::now() + WRITE_RETRY_PAUSE;
-                let mut sync = self.sync.lock();
-                while !sync.shutdown
-                    && !self.sync_wanted.wait_until(&mut sync, deadline).timed_out()
-                {
-                }
+                self.pause_after_a_failed_write();
             }
         }
+    }
+
+    /// Waits [`WRITE_RETRY_PAUSE`] (or until shutdown) on the sync thread.
+    fn pause_after_a_failed_write(&self) {
+        let deadline = Instant::now() + WRITE_RETRY_PAUSE;
+        let mut sync = self.sync.lock();
+        while !sync.shutdown && !self.sync_wanted.wait_until(&mut sync, deadline).timed_out() {}
     }
 
     /// One round of the sync thread: lets the group fill
@@ -1094,6 +1099,9 @@ impl Log {
         sync.failed = None;
         self.sync_failed.store(false, Ordering::Release);
         drop(sync);
+        // The sync thread rests a whole interval after a failure; what was
+        // asked of it meanwhile is due now.
+        self.sync_wanted.notify_one();
         self.mark_synced(position);
     }
 
@@ -1342,25 +1350,28 @@ mod tests {
     }
 
     #[test]
-    fn none_asks_for_a_sync_once_the_records_kept_for_a_heal_pass_their_bound() {
+    fn none_asks_for_a_sync_while_the_records_kept_for_a_heal_are_past_their_bound() {
         // Segments large enough that the marks before the limit come late.
         let log = memory_log_of(Durability::None, 256 << 20);
+        let asked = || std::mem::take(&mut log.sync.lock().presync_wanted);
         let header = u64::from(segment::HEADER_BYTES);
         let bound = header + UNSYNCED_BYTES_SOFT_MAX as u64;
         assert!(!sync_asked_after_appending_to(&log, bound));
-        assert!(!log.sync.lock().presync_wanted);
+        assert!(!asked());
         assert!(!sync_asked_after_appending_to(&log, bound + (1 << 20)));
-        assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
-        // Asked once, as the bound is crossed, not by every append past it.
-        assert!(!sync_asked_after_appending_to(&log, bound + (3 << 20)));
-        assert!(!log.sync.lock().presync_wanted);
+        assert!(asked());
+        // Every append past the bound asks again (an attempt may fail).
+        assert!(!sync_asked_after_appending_to(&log, bound + (2 << 20)));
+        assert!(asked());
         log.presync_active().unwrap();
         assert!(log.state.lock().buffer.is_empty());
-        // Crossed again, asked again.
+        // Below the bound again, nothing asks until it is passed again.
         let end = log.state.lock().end;
-        let again = end + UNSYNCED_BYTES_SOFT_MAX as u64 + (1 << 20);
+        let again = end + UNSYNCED_BYTES_SOFT_MAX as u64;
         assert!(!sync_asked_after_appending_to(&log, again));
-        assert!(log.sync.lock().presync_wanted);
+        assert!(!asked());
+        assert!(!sync_asked_after_appending_to(&log, again + (1 << 20)));
+        assert!(asked());
     }
 
     #[test]
