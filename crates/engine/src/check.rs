@@ -86,6 +86,9 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
             }
         };
         report.segments += 1;
+        if header.origin == Origin::Log {
+            newest_log = Some(id);
+        }
         if header.id != id {
             // Recovery refuses it: the file may be a copy of another
             // segment under the wrong name.
@@ -96,9 +99,6 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
                 format!("header names segment {}, file name {id}", header.id),
             ));
             continue;
-        }
-        if header.origin == Origin::Log {
-            newest_log = Some(id);
         }
         tails.push((id, path.clone(), check_records(&path, &bytes, &mut report)));
     }

@@ -65,8 +65,8 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// last good sync, which heal writes again to a new segment after a failed
 /// one. Under `none` too, where nothing else would bound it (the marks
 /// before the segment's limit, [`PRESYNC_AHEAD`], usually come first: with
-/// 64 MiB segments about 48 MiB is kept at most); there the append asks
-/// once, as it crosses this.
+/// 64 MiB segments about 48 MiB is kept at most); there every append past
+/// this asks for the active segment's sync, unless writes are failing.
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// How far before the active segment's size limit an append asks for a
 /// sync, at each of these distances. The rotation that seals the segment
@@ -214,7 +214,11 @@ pub fn create_segment(
         // own name, with its header, it would be the newest log segment at
         // the next open, which would then take the log's real active
         // segment for a sealed one. The removal is made durable too, where
-        // the disk still allows it.
+        // the disk still allows it. (If the directory's sync after the
+        // rename fails and so does this removal, the disk is failing both
+        // ways and the file stays: the next open then takes the log's real
+        // active segment for a sealed one and refuses its reserved zeros
+        // as damage, rather than lose anything.)
         if fs.remove(current).is_ok() {
             let _ = fs.sync_dir(dir);
         }
@@ -467,7 +471,9 @@ impl Log {
         // every append past it asks again, so that an attempt that failed
         // to write is retried.
         let over_unsynced_max = state.buffer.len() > UNSYNCED_BYTES_SOFT_MAX;
-        let presync_active = self.durability == Durability::None && (presync || over_unsynced_max);
+        // Not while writes fail: the append's own write-out retries them.
+        let presync_active = self.durability == Durability::None
+            && (presync || (over_unsynced_max && !self.write_failing.load(Ordering::Acquire)));
         let wanted = (self.durability != Durability::None && (presync || over_unsynced_max))
             .then(|| lsn(state.active.id, state.end));
         drop(state);

@@ -164,6 +164,10 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         (segment_ids, hint_ids) = list_files(&*fs, &dir)?;
     }
     let mut opened = open_segments(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
+    // A killed process may have left the directory unsynced too (a segment
+    // renamed into place, say), and the removals above are made durable.
+    fs.sync_dir(&dir)
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
     let active_id = opened
         .iter()
         .rev()

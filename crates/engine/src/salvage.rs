@@ -30,7 +30,8 @@
 //! A segment whose header does not decode and that is too short to hold a
 //! record (empty, or a header's length of zeros, which a power cut could
 //! leave where earlier builds created a segment) is moved to `damaged/`
-//! whole, with its hint if any. A damaged header in front of records is not
+//! whole; if it has a hint, the hint is copied there too and every record
+//! it names is logged and counted as skipped. A damaged header in front of records is not
 //! salvage's business, nor is damage in the active (newest log) segment:
 //! recovery refuses the former and cuts the latter.
 
@@ -83,7 +84,8 @@ pub(crate) fn salvage(
                 // No room for a record: empty, or a header's length of
                 // something else (zeros, where an earlier build's creation
                 // was cut short by a power cut).
-                set_aside(fs, dir, *id, path, hint_ids.binary_search(id).is_ok())?;
+                let has_hint = hint_ids.binary_search(id).is_ok();
+                report.salvaged_records_skipped += set_aside(fs, dir, *id, path, has_hint)?;
                 report.salvaged_segments += 1;
                 continue;
             }
@@ -224,28 +226,54 @@ fn replace(
 }
 
 /// Moves segment `id`, which has no header and no room for a record, to
-/// `damaged/` (a durable copy, then the removal), with its hint if it has
-/// one.
-fn set_aside(fs: &dyn Fs, dir: &Path, id: u32, path: &Path, has_hint: bool) -> Result<()> {
+/// `damaged/` (a durable copy, then the removal). Its hint, if it has one,
+/// is copied there too and removed first: it names the records the
+/// segment held once (a sealed segment emptied by damage), each logged
+/// with its key and counted as skipped. Returns how many.
+fn set_aside(fs: &dyn Fs, dir: &Path, id: u32, path: &Path, has_hint: bool) -> Result<u64> {
     let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
-    let bytes = read_all(fs, path).map_err(|e| io("reading", path, e))?;
-    let kept = keep_original(fs, dir, path, &bytes)?;
+    let mut skipped = 0;
     if has_hint {
+        let hint_path = join(dir, &segment::hint_name(id));
+        let hint_bytes = read_all(fs, &hint_path).map_err(|e| io("reading", &hint_path, e))?;
+        let kept = keep_original(fs, dir, &hint_path, &hint_bytes)?;
+        match hint::decode(&hint_bytes, &hint_path) {
+            Ok(hint) => {
+                for entry in &hint.entries {
+                    skipped += 1;
+                    tracing::warn!(
+                        file = %path.display(),
+                        offset = entry.offset,
+                        key = %String::from_utf8_lossy(&entry.key),
+                        "salvage: skipping a record the hint names in a segment without a header"
+                    );
+                }
+            }
+            Err(error) => tracing::error!(
+                %error,
+                hint = %kept.display(),
+                "salvage: the hint of a segment without a header is damaged too; \
+                 the keys it named are unknown"
+            ),
+        }
         // First, and durably: a hint left without its segment could be
         // taken up by a later segment of the same id.
-        let hint = join(dir, &segment::hint_name(id));
-        fs.remove(&hint).map_err(|e| io("removing", &hint, e))?;
+        fs.remove(&hint_path)
+            .map_err(|e| io("removing", &hint_path, e))?;
         fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
     }
+    let bytes = read_all(fs, path).map_err(|e| io("reading", path, e))?;
+    let kept = keep_original(fs, dir, path, &bytes)?;
     fs.remove(path).map_err(|e| io("removing", path, e))?;
     fs.sync_dir(dir).map_err(|e| io("syncing", dir, e))?;
     tracing::warn!(
         file = %path.display(),
         bytes = bytes.len(),
         original = %kept.display(),
+        skipped,
         "salvage: moved aside a segment without a header, too short to hold a record"
     );
-    Ok(())
+    Ok(skipped)
 }
 
 /// The hint file of a cleaned segment (every record in it is intact).

@@ -100,10 +100,12 @@ pub struct RecoveryReport {
     /// Segment files removed because a power cut interrupted their creation
     /// before their header reached the disk: they held no records.
     pub unfinished_segments: u64,
-    /// Damaged sealed segments rewritten by salvage (only when asked for,
+    /// Damaged sealed segments salvage rewrote, or moved aside whole when
+    /// they had no header and no room for a record (only when asked for,
     /// see [`crate::Config::salvage`]).
     pub salvaged_segments: u64,
-    /// Damaged records salvage skipped.
+    /// Damaged records salvage skipped (for a segment moved aside, the
+    /// records its hint named).
     pub salvaged_records_skipped: u64,
     /// Time it took.
     pub duration: Duration,

@@ -1002,6 +1002,55 @@ fn a_newest_segment_with_a_damaged_header_and_bytes_after_it_fails_open() {
     assert_eq!(fs.read_file(&segment_path(newest + 1)).unwrap(), leftover);
 }
 
+#[test]
+fn salvage_sets_aside_an_emptied_sealed_segment_with_its_hint_and_counts_what_the_hint_named() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = small_segments(4096);
+    let (before, _, _) = directory_with_a_freed_id(&fs, &config, &clock);
+    let hinted = fs
+        .file_names(Path::new(DIR))
+        .iter()
+        .find_map(|name| segment::parse_name(name, "hint"))
+        .expect("a sealed segment with a hint");
+    let hint_path = path(&segment::hint_name(hinted));
+    let hint = fs.read_file(&hint_path).unwrap();
+    let named = larder_engine::hint::decode(&hint, &hint_path)
+        .unwrap()
+        .entries
+        .len() as u64;
+    assert!(named > 0);
+    // Damage empties the segment; its hint still names what it held.
+    fs.write_file(&segment_path(hinted), &[]).unwrap();
+    let (file, _, _) = corruption_at_open(&fs, &config, &clock);
+    assert_eq!(file, segment_path(hinted));
+
+    let salvage = Config {
+        salvage: true,
+        ..config.clone()
+    };
+    let engine = open(&fs, &salvage, &clock);
+    let report = engine.recovery_report();
+    assert_eq!(report.salvaged_segments, 1);
+    assert_eq!(report.salvaged_records_skipped, named);
+    assert!(fs.read_file(&hint_path).is_none(), "the hint stayed");
+    let aside = |name: String| fs.read_file(&path(&format!("damaged/{name}")));
+    assert_eq!(aside(segment::hint_name(hinted)).unwrap(), hint);
+    assert_eq!(aside(segment::segment_name(hinted)).unwrap(), b"");
+    // What the other segments hold is all there: each item is as before,
+    // or gone with the emptied segment (compaction left no older copy of
+    // any key here that an emptied record could uncover).
+    let after = contents(&engine, &keys(200));
+    assert!(after.len() < before.len());
+    for (key, item) in &after {
+        assert_eq!(before.get(key), Some(item));
+    }
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(&fs, &config, &clock);
+    assert!(contents(&engine, &keys(200)) == after);
+}
+
 /// Fails the `n`th operation of `fault`'s kind during a compaction pass,
 /// then checks every item is there: at once, after a reopen, and after a
 /// power cut.
