@@ -959,17 +959,10 @@ impl Log {
     /// [`PRESYNC_AHEAD`]); and drops the buffered records it made durable
     /// (see [`UNSYNCED_BYTES_SOFT_MAX`]). Under `None` no committer waits
     /// for the position it publishes. If the segment was sealed meanwhile,
-    /// its rotation synced it and this sync finds it clean.
+    /// its rotation synced it and this sync finds it clean. What
+    /// [`Log::flush_and_sync`] does, under its own name for the sync thread.
     fn presync_active(&self) -> Result<()> {
-        let (segment, position) = {
-            let mut state = self.state.lock();
-            self.write_out(&mut state)?;
-            (
-                Arc::clone(&state.active),
-                lsn(state.active.id, state.written),
-            )
-        };
-        self.sync_and_publish(&segment, position)
+        self.flush_and_sync()
     }
 
     /// `fdatasync` of `segment`, which holds the log up to `position`, then
