@@ -55,7 +55,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::fs::{join, write_synced, Fs};
+use crate::fs::Fs;
 use crate::record::{self, u32_at, u64_at, Header, Kind, SEQ_MAX};
 use crate::segment;
 use std::path::Path;
@@ -178,18 +178,9 @@ impl HintWriter {
 }
 
 /// Makes `bytes` the hint file of segment `id` in `dir`, whole or not at
-/// all: written to a temporary file and synced, renamed over the old one,
-/// and the directory synced.
+/// all ([`crate::fs::install`]).
 pub(crate) fn install(fs: &dyn Fs, dir: &Path, id: u32, bytes: &[u8]) -> Result<()> {
-    let name = segment::hint_name(id);
-    let tmp = join(dir, &format!("{name}.tmp"));
-    let path = join(dir, &name);
-    let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
-    write_synced(fs, &tmp, bytes).map_err(|e| io("writing", &tmp, e))?;
-    fs.rename(&tmp, &path)
-        .map_err(|e| io("renaming to", &path, e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| io("syncing directory", dir, e))
+    crate::fs::install(fs, dir, &segment::hint_name(id), bytes)
 }
 
 /// A decoded hint file.

@@ -43,7 +43,7 @@
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
-use crate::fs::{join, Fs};
+use crate::fs::{join, temporary_path, Fs};
 use crate::idle::IdleSignal;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::Counters;
@@ -78,7 +78,7 @@ const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// up to 130 ms per rotation measured under pipelined sets). Under
 /// `everysec` the append asks for an ordinary sync; under `none`, where
 /// nothing waits for syncs, for a sync of the active segment that only
-/// shortens the rotation's ([`Log::presync_active`]).
+/// shortens the rotation's ([`Log::flush_and_sync`]).
 const PRESYNC_AHEAD: [u64; 2] = [16 << 20, 4 << 20];
 /// How far past the end of the active segment the sync thread reserves
 /// blocks; an append asks it to top up once less than half is left.
@@ -179,13 +179,13 @@ impl Segments {
 
 /// Creates a new segment file with its header, syncing file and directory
 /// in every durability mode: recovery must be able to read the header of
-/// every segment whose name survived a power cut. The file is made under a
-/// temporary name (`<name>.tmp`, which recovery deletes) and renamed once
-/// its header is synced, so no segment name ever refers to a file without
-/// its header, even when another file's directory sync (the compactor's,
-/// say) makes a name durable before this creation's own. Segments are
-/// created once per `segment_bytes_max`, so the cost is negligible even
-/// for `None`.
+/// every segment whose name survived a power cut. The file is installed
+/// whole ([`crate::fs::install`]: made under a temporary name, which
+/// recovery deletes, and renamed once its header is synced), so no segment
+/// name ever refers to a file without its header, even when another file's
+/// directory sync (the compactor's, say) makes a name durable before this
+/// creation's own. Segments are created once per `segment_bytes_max`, so
+/// the cost is negligible even for `None`.
 pub fn create_segment(
     fs: &dyn Fs,
     dir: &std::path::Path,
@@ -193,37 +193,25 @@ pub fn create_segment(
 ) -> Result<Arc<Segment>> {
     let name = segment::segment_name(header.id);
     let path = join(dir, &name);
-    let tmp = join(dir, &format!("{name}.tmp"));
-    let file = fs
-        .create(&tmp)
-        .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
-    let mut current = &tmp;
-    let mut create = || -> Result<()> {
-        file.write_all_at(&header.encode(), 0)
-            .map_err(|e| Error::io(format!("writing header of {}", tmp.display()), e))?;
-        file.sync_data()
-            .map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
-        fs.rename(&tmp, &path)
-            .map_err(|e| Error::io(format!("renaming {} to {name}", tmp.display()), e))?;
-        current = &path;
-        fs.sync_dir(dir)
-            .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
-    };
-    if let Err(error) = create() {
-        // Not left for a later directory sync to make durable: under its
-        // own name, with its header, it would be the newest log segment at
-        // the next open, which would then take the log's real active
-        // segment for a sealed one. The removal is made durable too, where
-        // the disk still allows it. (If the directory's sync after the
-        // rename fails and so does this removal, the disk is failing both
-        // ways and the file stays: the next open then takes the log's real
-        // active segment for a sealed one and refuses its reserved zeros
-        // as damage, rather than lose anything.)
-        if fs.remove(current).is_ok() {
-            let _ = fs.sync_dir(dir);
+    let installed = crate::fs::install(fs, dir, &name, &header.encode()).and_then(|()| {
+        fs.open(&path, true)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))
+    });
+    let file = match installed {
+        Ok(file) => file,
+        Err(error) => {
+            // Not left for a later directory sync to make durable: under its
+            // own name, with its header, it would be the newest log segment
+            // at the next open, which would then take the log's real active
+            // segment for a sealed one. (If the directory's sync after the
+            // rename fails and so does this removal, the disk is failing
+            // both ways and the file stays: the next open then takes the
+            // log's real active segment for a sealed one and refuses its
+            // reserved zeros as damage, rather than lose anything.)
+            crate::fs::discard(fs, dir, &[&temporary_path(dir, &name), &path]);
+            return Err(error);
         }
-        return Err(error);
-    }
+    };
     Ok(Arc::new(Segment::new(
         path,
         file,
@@ -271,7 +259,7 @@ struct SyncState {
     /// The log asks for blocks reserved ahead ([`Log::reserve_ahead`]).
     reserve_wanted: bool,
     /// Under `None`, the log asks for the active segment to be synced ahead
-    /// of its rotation ([`Log::presync_active`]).
+    /// of its rotation ([`Log::flush_and_sync`]).
     presync_wanted: bool,
     shutdown: bool,
 }
@@ -466,7 +454,7 @@ impl Log {
         state.reserve_asked |= ask_reserve;
         // Under `none` no committer waits for the synced position, so no
         // append asks for it; the sync thread syncs the active segment
-        // instead ([`Log::presync_active`]) at the marks before its limit,
+        // instead ([`Log::flush_and_sync`]) at the marks before its limit,
         // and whenever the records kept for a heal are past their bound:
         // every append past it asks again, so that an attempt that failed
         // to write is retried.
@@ -830,7 +818,7 @@ impl Log {
                     // would be, and writes are refused until the log heals.
                     // A failed write is retried by the next append that
                     // asks, after a pause.
-                    if let Err(error) = self.presync_active() {
+                    if let Err(error) = self.flush_and_sync() {
                         tracing::error!(%error, "writing out and syncing the active segment early");
                         if self.write_failing.load(Ordering::Acquire) {
                             self.pause_after_a_failed_write();
@@ -953,18 +941,6 @@ impl Log {
         written
     }
 
-    /// Under `None`: writes out and syncs the active segment, outside the
-    /// log lock, so that its rotation, which syncs it again under the lock
-    /// while every append waits, finds only what came after this (see
-    /// [`PRESYNC_AHEAD`]); and drops the buffered records it made durable
-    /// (see [`UNSYNCED_BYTES_SOFT_MAX`]). Under `None` no committer waits
-    /// for the position it publishes. If the segment was sealed meanwhile,
-    /// its rotation synced it and this sync finds it clean. What
-    /// [`Log::flush_and_sync`] does, under its own name for the sync thread.
-    fn presync_active(&self) -> Result<()> {
-        self.flush_and_sync()
-    }
-
     /// `fdatasync` of `segment`, which holds the log up to `position`, then
     /// marks the log synced to there. Refuses after any failed sync (see
     /// [`Log::mark_synced`]). Syncs are serialised with the recording of
@@ -995,8 +971,15 @@ impl Log {
         wake(wakers);
     }
 
-    /// Writes out and syncs everything appended so far (all modes). Used at
-    /// close and by callers who want a durable point.
+    /// Writes out and syncs everything appended so far (all modes), and
+    /// drops the buffered records it made durable. Used at close, by callers
+    /// who want a durable point, and under `None` by the sync thread when
+    /// appends ask for it: outside the log lock, so that the rotation, which
+    /// syncs the segment again under the lock while every append waits,
+    /// finds only what came after this (see [`PRESYNC_AHEAD`]), and so that
+    /// the records kept for a heal stay bounded (see
+    /// [`UNSYNCED_BYTES_SOFT_MAX`]). If the segment was sealed meanwhile, its
+    /// rotation synced it and this sync finds it clean.
     ///
     /// Fails with [`Error::WritesFailing`] after any failed sync: the pages
     /// that sync lost are not rewritten by a later one, so a later success
@@ -1060,9 +1043,7 @@ impl Log {
             .write_all_at(&state.buffer, start)
             .and_then(|()| new.file.sync_data());
         if let Err(error) = copied {
-            if self.fs.remove(&new.path).is_ok() {
-                let _ = self.fs.sync_dir(&self.dir);
-            }
+            crate::fs::discard(&*self.fs, &self.dir, &[&new.path]);
             return Err(io("copying the unsynced records to", &new.path, error));
         }
         let moved = moved_records(&state.buffer, &old, base, &new, start);
@@ -1332,7 +1313,7 @@ mod tests {
         assert!(std::mem::take(&mut log.sync.lock().presync_wanted));
         let fsyncs = || log.counters.fsyncs.load(Ordering::Relaxed);
         let before = fsyncs();
-        log.presync_active().unwrap();
+        log.flush_and_sync().unwrap();
         assert_eq!(fsyncs(), before + 1);
         // What it made durable is no longer kept for a heal.
         let state = log.state.lock();
@@ -1362,7 +1343,7 @@ mod tests {
         // Every append past the bound asks again (an attempt may fail).
         assert!(!sync_asked_after_appending_to(&log, bound + (2 << 20)));
         assert!(asked());
-        log.presync_active().unwrap();
+        log.flush_and_sync().unwrap();
         assert!(log.state.lock().buffer.is_empty());
         // Below the bound again, nothing asks until it is passed again.
         let end = log.state.lock().end;
@@ -1383,12 +1364,17 @@ mod tests {
             seq_at_creation: 1,
             flush_seq: 0,
         };
-        // Fail the header's sync, then the directory's (after the rename).
-        for nth in 1..=2 {
+        // Fail the header's write-back, its sync, then the directory's
+        // (after the rename).
+        for (nth, step) in [(1, "writing"), (2, "writing"), (3, "syncing directory")] {
             let fs = MemFs::new();
             fs.create_dir_all(&dir).unwrap();
             fs.inject_nth(FaultKind::EioOnSync, nth);
-            assert!(create_segment(&fs, &dir, header).is_err(), "sync {nth}");
+            let Err(error) = create_segment(&fs, &dir, header) else {
+                panic!("sync {nth}: created");
+            };
+            let error = error.to_string();
+            assert!(error.starts_with(step), "sync {nth}: {error}");
             fs.clear_faults();
             assert!(
                 fs.file_names(&dir).is_empty(),

@@ -165,7 +165,8 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     }
     let mut opened = open_segments(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
     // A killed process may have left the directory unsynced too (a segment
-    // renamed into place, say), and the removals above are made durable.
+    // renamed into place, say), and the removals above (temporary files,
+    // unfinished segments, abandoned outputs) are made durable, all at once.
     fs.sync_dir(&dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
     let active_id = opened
@@ -363,7 +364,7 @@ fn open_segments(
             Ok(header) => header,
             Err(error) if segment::creation_cut_short(len, Some(id) == newest_file) => {
                 tracing::warn!(%error, "removing a segment whose creation was cut short");
-                remove_file(fs, dir, &path)?;
+                remove_file(fs, &path)?;
                 report.unfinished_segments += 1;
                 continue;
             }
@@ -378,7 +379,7 @@ fn open_segments(
         }
         if header.origin == Origin::Compaction && hint_ids.binary_search(&id).is_err() {
             tracing::warn!("removing unfinished compaction output {}", path.display());
-            remove_file(fs, dir, &path)?;
+            remove_file(fs, &path)?;
             report.abandoned_compactions += 1;
             continue;
         }
@@ -416,11 +417,11 @@ fn reopen_active_writable(
     Ok(())
 }
 
-fn remove_file(fs: &dyn Fs, dir: &Path, path: &Path) -> Result<()> {
+/// Removes a file; [`recover`] syncs the directory once every removal at
+/// open is made.
+fn remove_file(fs: &dyn Fs, path: &Path) -> Result<()> {
     fs.remove(path)
-        .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
-    fs.sync_dir(dir)
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+        .map_err(|e| Error::io(format!("removing {}", path.display()), e))
 }
 
 /// Feeds one segment's records to the resolver, from its hint if it has a

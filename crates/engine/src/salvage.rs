@@ -31,13 +31,13 @@
 //! record (empty, or a header's length of zeros, which a power cut could
 //! leave where earlier builds created a segment) is moved to `damaged/`
 //! whole; if it has a hint, the hint is copied there too and every record
-//! it names is logged and counted as skipped. A damaged header in front of records is not
-//! salvage's business, nor is damage in the active (newest log) segment:
-//! recovery refuses the former and cuts the latter.
+//! it names is logged and counted as skipped. A damaged header in front of
+//! records is not salvage's business, nor is damage in the active (newest
+//! log) segment: recovery refuses the former and cuts the latter.
 
 use crate::check::{walk_records, Tail, Walked};
 use crate::error::{Error, Result};
-use crate::fs::{join, read_all, write_synced, Fs};
+use crate::fs::{join, read_all, temporary_path, write_synced, Fs};
 use crate::hint::{self, HintWriter};
 use crate::record;
 use crate::segment::{self, Origin, SegmentHeader};
@@ -80,7 +80,7 @@ pub(crate) fn salvage(
             continue;
         }
         let Some(header) = header else {
-            if *len <= u64::from(segment::HEADER_BYTES) {
+            if segment::no_room_for_a_record(*len) {
                 // No room for a record: empty, or a header's length of
                 // something else (zeros, where an earlier build's creation
                 // was cut short by a power cut).
@@ -206,9 +206,7 @@ fn replace(
 ) -> Result<()> {
     let io = |what: &str, path: &Path, e| Error::io(format!("{what} {}", path.display()), e);
     let kept = keep_original(fs, dir, path, original)?;
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = temporary_path(dir, &segment::segment_name(id));
     write_synced(fs, &tmp, &cleaned.bytes).map_err(|e| io("writing", &tmp, e))?;
     if has_hint {
         hint::install(fs, dir, id, &hint_of(id, &cleaned.bytes))?;

@@ -161,7 +161,13 @@ pub(crate) fn open_start(
 /// directory they wrote may still hold one. Anything else that does not
 /// decode is damage, and open refuses it.
 pub(crate) fn creation_cut_short(len: u64, newest_file: bool) -> bool {
-    newest_file && len <= u64::from(HEADER_BYTES)
+    newest_file && no_room_for_a_record(len)
+}
+
+/// Whether a segment file of `len` bytes is too short to hold a record
+/// after its header: empty, or a header's length at most.
+pub(crate) fn no_room_for_a_record(len: u64) -> bool {
+    len <= u64::from(HEADER_BYTES)
 }
 
 /// The file name of segment `id`.

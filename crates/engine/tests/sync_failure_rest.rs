@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{config, open, set};
+use common::{config, open, set, threads_named, wait_until};
 use larder_engine::fs::{FaultKind, MemFs};
 use larder_engine::{Clock, Durability};
 use std::time::Duration;
@@ -18,40 +18,24 @@ use std::time::Duration;
 /// named `name`. A new thread names itself once it runs, so this waits for
 /// it to; panics if there is more than one.
 fn thread_ticks(name: &str) -> u64 {
-    for _ in 0..1000 {
-        match threads_ticks(name)[..] {
-            [] => std::thread::sleep(Duration::from_millis(10)),
-            [ticks] => return ticks,
-            ref found => panic!("{} threads named {name}", found.len()),
-        }
-    }
-    panic!("no thread named {name} after 10 s");
-}
-
-/// CPU time of each thread of this process named `name`.
-fn threads_ticks(name: &str) -> Vec<u64> {
-    let mut found = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap() {
-        let task = task.unwrap().path();
-        let Ok(comm) = std::fs::read_to_string(task.join("comm")) else {
-            continue;
-        };
-        if comm.trim_end() != name {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.join("stat")).unwrap();
-        // Fields after the command name, which ends with the last ')':
-        // utime and stime are fields 14 and 15 of stat(5), 12 and 13 here.
-        let (_, fields) = stat.rsplit_once(") ").unwrap();
-        let ticks: u64 = fields
-            .split(' ')
-            .skip(11)
-            .take(2)
-            .map(|field| field.parse::<u64>().unwrap())
-            .sum();
-        found.push(ticks);
-    }
-    found
+    let mut threads = Vec::new();
+    wait_until(&format!("a thread named {name}"), || {
+        threads = threads_named(name);
+        !threads.is_empty()
+    });
+    let [tid] = threads[..] else {
+        panic!("{} threads named {name}", threads.len());
+    };
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // Fields after the command name, which ends with the last ')': utime
+    // and stime are fields 14 and 15 of stat(5), 12 and 13 here.
+    let (_, fields) = stat.rsplit_once(") ").unwrap();
+    fields
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .map(|field| field.parse::<u64>().unwrap())
+        .sum()
 }
 
 #[test]

@@ -4,19 +4,10 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
 
-use larder_engine::{Config, Durability, Engine, Expiry, StoreMode};
+mod common;
 
-/// Thread ids of this process's threads named `name`.
-fn threads_named(name: &str) -> Vec<libc::pid_t> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| {
-            let task = task.unwrap();
-            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-            (comm.trim_end() == name).then(|| task.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
-}
+use common::threads_named;
+use larder_engine::{Config, Durability, Engine, Expiry, StoreMode};
 
 #[test]
 fn the_sync_thread_runs_as_a_batch_thread() {

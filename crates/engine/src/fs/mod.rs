@@ -177,6 +177,40 @@ pub(crate) fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result
     file.sync_data()
 }
 
+/// The temporary name under which [`install`] writes the file `name` of
+/// `dir`: `<name>.tmp`, which recovery deletes.
+pub(crate) fn temporary_path(dir: &Path, name: &str) -> PathBuf {
+    join(dir, &format!("{name}.tmp"))
+}
+
+/// Makes `bytes` the file `name` in `dir`, whole or not at all: written
+/// under its [`temporary_path`] and synced, renamed over any file of that
+/// name, and the directory synced. On failure the file is left under
+/// whichever name it had got to (see [`discard`]).
+pub(crate) fn install(fs: &dyn Fs, dir: &Path, name: &str, bytes: &[u8]) -> crate::Result<()> {
+    let io = |what: &str, path: &Path, e| crate::Error::io(format!("{what} {}", path.display()), e);
+    let tmp = temporary_path(dir, name);
+    let path = join(dir, name);
+    write_synced(fs, &tmp, bytes).map_err(|e| io("writing", &tmp, e))?;
+    fs.rename(&tmp, &path)
+        .map_err(|e| io("renaming to", &path, e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| io("syncing directory", dir, e))
+}
+
+/// Removes whichever of `paths` exist and syncs `dir`, as far as the disk
+/// allows: clearing up after a failure, whose own error is the one to
+/// report.
+pub(crate) fn discard(fs: &dyn Fs, dir: &Path, paths: &[&Path]) {
+    let mut removed = false;
+    for path in paths {
+        removed |= fs.remove(path).is_ok();
+    }
+    if removed {
+        let _ = fs.sync_dir(dir);
+    }
+}
+
 /// Deletes the file at `path` after cutting it `step` bytes at a time from
 /// its end. On a file system mounted with `discard`, deleting a file trims
 /// all its blocks at once, and the disk's other requests wait behind the

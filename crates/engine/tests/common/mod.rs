@@ -81,3 +81,16 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// Thread ids of this process's threads named `name` (Linux).
+#[cfg(target_os = "linux")]
+pub fn threads_named(name: &str) -> Vec<libc::pid_t> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.unwrap();
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            (comm.trim_end() == name).then(|| task.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
