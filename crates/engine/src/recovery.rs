@@ -174,6 +174,9 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         .rev()
         .find(|segment| segment.header.origin == Origin::Log)
         .map(|segment| segment.id);
+    if let Some(active) = active_id.and_then(|id| opened.iter_mut().find(|s| s.id == id)) {
+        sync_active(&*fs, &dir, active)?;
+    }
     let now = clock.now();
     let keydir = Keydir::new(config.partitions);
     let mut resolver = Resolver {
@@ -208,16 +211,6 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         } else {
             segment.sealed.store(true, Ordering::Relaxed);
         }
-    }
-    // A killed process may have left the active segment's last records in
-    // the page cache only. The log takes everything before `active_len` as
-    // synced: a failed sync later could drop those pages, and heal, which
-    // rewrites only what came after the last good sync, would not know.
-    if let Some(active) = active_id.and_then(|id| opened.iter().find(|s| s.id == id)) {
-        active
-            .file
-            .sync_data()
-            .map_err(|e| Error::io(format!("syncing {}", active.path.display()), e))?;
     }
     let next_seq = next_seq.max(resolver.max_seq + 1);
     let flush_seq = resolver.flush_seq;
@@ -503,6 +496,52 @@ fn load_segment(
             offset,
             reason: error.to_string(),
         }),
+    }
+}
+
+/// Syncs the active segment before anything is read from it.
+///
+/// A killed process may have left the segment's last records in the page
+/// cache only. The log takes everything before the end open finds as
+/// synced: a failed sync later could drop those pages, and heal, which
+/// rewrites only what came after the last good sync, would not know.
+///
+/// Should this sync fail, the kernel has dropped the pages' dirty state
+/// (their bytes still read back) and no later sync of the file would write
+/// them: a restart would find the sync succeeding and the records gone at
+/// the next power cut. So the segment is rewritten whole, as reads see it
+/// now, under a temporary name, synced and renamed over the original, and
+/// opened afresh. If that fails too, open fails with the first error; a
+/// restart after that syncs the original "successfully", which this cannot
+/// prevent without writing somewhere that is failing.
+fn sync_active(fs: &dyn Fs, dir: &Path, active: &mut Arc<Segment>) -> Result<()> {
+    let error = match active.file.sync_data() {
+        Ok(()) => return Ok(()),
+        Err(error) => Error::io(format!("syncing {}", active.path.display()), error),
+    };
+    tracing::warn!(
+        file = %active.path.display(),
+        %error,
+        "syncing the active segment failed; rewriting it from what reads still see"
+    );
+    let name = segment::segment_name(active.id);
+    let rewritten = active
+        .file
+        .len()
+        .map_err(|e| Error::io(format!("reading length of {}", active.path.display()), e))
+        .and_then(|len| crate::fs::install_copy(fs, dir, &name, &*active.file, len))
+        .and_then(|()| segment::open_start(fs, &active.path, true));
+    match rewritten {
+        Ok((file, len, _)) => {
+            *active = Arc::new(Segment::new(active.path.clone(), file, active.header, len));
+            tracing::info!(file = %active.path.display(), len, "rewrote the active segment");
+            Ok(())
+        }
+        Err(rewrite) => {
+            crate::fs::discard(fs, dir, &[&crate::fs::temporary_path(dir, &name)]);
+            tracing::error!(%rewrite, "rewriting the active segment failed");
+            Err(error)
+        }
     }
 }
 

@@ -13,6 +13,7 @@ mod common;
 use common::{config, contents, keys, open, set, value};
 use larder_engine::fs::{FaultKind, MemFs};
 use larder_engine::{Clock, Config, Durability, Engine, Error, Expiry, StoreMode};
+use std::sync::Arc;
 
 /// Stores and commits `k{i}` = `v{i}` for `range`.
 fn acknowledged(engine: &Engine, range: std::ops::Range<usize>) {
@@ -34,6 +35,26 @@ fn started(durability: Durability, count: usize) -> (MemFs, Clock, Config, Engin
     let engine = open(&fs, &config, &clock);
     acknowledged(&engine, 0..count);
     (fs, clock, config, engine)
+}
+
+/// An engine that acknowledged 20 writes and was killed before its next
+/// sync: the records are in the page cache only, and the next open finds
+/// them there. Should the background sync (once a second under everysec)
+/// land before the kill, the records were synced and a test of what open
+/// does with unsynced records would test nothing: it starts again.
+fn killed_before_its_next_sync(durability: Durability) -> (MemFs, Clock, Config, Engine) {
+    (0..5)
+        .map(|_| {
+            let (fs, clock, config) = (MemFs::new(), Clock::system(), config(durability));
+            let engine = open(&fs, &config, &clock);
+            let syncs_before = fs.sync_data_calls();
+            acknowledged(&engine, 0..20);
+            fs.crash_process();
+            let unsynced = fs.sync_data_calls() == syncs_before;
+            (unsynced, (fs, clock, config, engine))
+        })
+        .find_map(|(unsynced, started)| unsynced.then_some(started))
+        .expect("a kill before the next sync, in one of 5 tries")
 }
 
 fn store_and_commit(engine: &Engine, key: &[u8], value: &[u8]) -> Result<(), Error> {
@@ -377,22 +398,7 @@ fn under_always_what_was_written_is_acknowledged_while_later_writes_fail() {
 #[test]
 fn what_a_killed_process_left_unsynced_is_synced_at_open_so_a_later_failed_sync_drops_none_of_it() {
     for durability in [Durability::EverySec, Durability::None] {
-        // Killed before its next sync: the records are in the page cache
-        // only, and the next open finds them there. Should the background
-        // sync (once a second under everysec) land before the kill, the
-        // records were synced and the case tests nothing: start again.
-        let (fs, clock, config, engine) = (0..5)
-            .map(|_| {
-                let (fs, clock, config) = (MemFs::new(), Clock::system(), config(durability));
-                let engine = open(&fs, &config, &clock);
-                let syncs_before = fs.sync_data_calls();
-                acknowledged(&engine, 0..20);
-                fs.crash_process();
-                let unsynced = fs.sync_data_calls() == syncs_before;
-                (unsynced, (fs, clock, config, engine))
-            })
-            .find_map(|(unsynced, started)| unsynced.then_some(started))
-            .expect("a kill before the next sync, in one of 5 tries");
+        let (fs, clock, config, engine) = killed_before_its_next_sync(durability);
         drop(engine);
         let engine = open(&fs, &config, &clock);
         assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
@@ -414,4 +420,63 @@ fn what_a_killed_process_left_unsynced_is_synced_at_open_so_a_later_failed_sync_
         assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
         assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
     }
+}
+
+#[test]
+fn a_failed_sync_at_open_rewrites_the_active_segment_so_a_restart_loses_nothing() {
+    for durability in [Durability::EverySec, Durability::None] {
+        let (fs, clock, config, engine) = killed_before_its_next_sync(durability);
+        drop(engine);
+        // Open syncs the directory, then the active segment: fail the
+        // second. The failed sync leaves the killed process's records
+        // readable but never to be written; only a rewrite saves them.
+        fs.inject_nth(FaultKind::EioOnSync, 2);
+        let syncs_before = fs.sync_data_calls();
+        let engine = open(&fs, &config, &clock);
+        assert!(
+            fs.sync_data_calls() >= syncs_before + 2,
+            "the failed sync and the rewrite's ({durability:?})"
+        );
+        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+        store_and_commit(&engine, b"after", b"a").unwrap();
+        engine.sync().unwrap();
+        fs.power_cut(None);
+        drop(engine);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+        assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
+        assert!(
+            fs.file_names(&config.dir)
+                .iter()
+                .all(|name| !name.ends_with(".tmp")),
+            "{:?}",
+            fs.file_names(&config.dir)
+        );
+    }
+}
+
+#[test]
+fn when_the_rewrite_after_a_failed_sync_at_open_fails_too_open_fails_and_leaves_no_temporary_file()
+{
+    let (fs, clock, config, engine) = killed_before_its_next_sync(Durability::EverySec);
+    drop(engine);
+    // The active segment's sync, then the rewrite's first write-back.
+    fs.inject_nth(FaultKind::EioOnSync, 2);
+    fs.inject_nth(FaultKind::EioOnSync, 3);
+    let error = Engine::open_with(config.clone(), Arc::new(fs.clone()), clock.clone())
+        .err()
+        .expect("open fails");
+    let message = error.to_string();
+    assert!(
+        message.contains("syncing") && message.contains(".seg"),
+        "the first error, the segment's sync: {message}"
+    );
+    fs.clear_faults();
+    assert!(
+        fs.file_names(&config.dir)
+            .iter()
+            .all(|name| !name.ends_with(".tmp")),
+        "{:?}",
+        fs.file_names(&config.dir)
+    );
 }

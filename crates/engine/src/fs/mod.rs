@@ -165,14 +165,47 @@ pub fn read_all(fs: &dyn Fs, path: &Path) -> io::Result<Vec<u8>> {
 /// caller syncs the directory once the name matters. Written in pieces
 /// handed to the disk as they go ([`WriteBack`]).
 pub(crate) fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_synced_with(fs, path, bytes.len() as u64, |file, offset, len| {
+        let piece = bytes
+            .get(offset as usize..)
+            .and_then(|rest| rest.get(..len))
+            .ok_or_else(|| io::Error::other("piece out of range"))?;
+        file.write_all_at(piece, offset)
+    })
+}
+
+/// Creates `path` (replacing any file there) holding a copy of the first
+/// `len` bytes of `source` as reads of it see them now, synced, as
+/// [`write_synced`] does; reads and writes a piece at a time.
+fn copy_synced(fs: &dyn Fs, path: &Path, source: &dyn FsFile, len: u64) -> io::Result<()> {
+    let mut buffer = vec![0u8; (WRITE_BACK_CHUNK as u64).min(len) as usize];
+    write_synced_with(fs, path, len, |file, offset, len| {
+        let piece = buffer
+            .get_mut(..len)
+            .ok_or_else(|| io::Error::other("piece out of range"))?;
+        source.read_exact_at(piece, offset)?;
+        file.write_all_at(piece, offset)
+    })
+}
+
+/// Creates `path` (replacing any file there) of `len` bytes, each piece of
+/// at most [`WRITE_BACK_CHUNK`] written by `write_piece(file, offset,
+/// piece_len)` and handed to the disk as it goes, then synced.
+fn write_synced_with(
+    fs: &dyn Fs,
+    path: &Path,
+    len: u64,
+    mut write_piece: impl FnMut(&dyn FsFile, u64, usize) -> io::Result<()>,
+) -> io::Result<()> {
     let _ = fs.remove(path);
     let file = fs.create(path)?;
     let mut write_back = WriteBack::default();
     let mut offset = 0u64;
-    for piece in bytes.chunks(WRITE_BACK_CHUNK) {
-        file.write_all_at(piece, offset)?;
-        write_back.wrote(&*file, offset, piece.len() as u64)?;
-        offset += piece.len() as u64;
+    while offset < len {
+        let piece = (len - offset).min(WRITE_BACK_CHUNK as u64);
+        write_piece(&*file, offset, piece as usize)?;
+        write_back.wrote(&*file, offset, piece)?;
+        offset += piece;
     }
     file.sync_data()
 }
@@ -188,10 +221,33 @@ pub(crate) fn temporary_path(dir: &Path, name: &str) -> PathBuf {
 /// name, and the directory synced. On failure the file is left under
 /// whichever name it had got to (see [`discard`]).
 pub(crate) fn install(fs: &dyn Fs, dir: &Path, name: &str, bytes: &[u8]) -> crate::Result<()> {
+    install_with(fs, dir, name, |tmp| write_synced(fs, tmp, bytes))
+}
+
+/// As [`install`], with a copy of the first `len` bytes of `source` (see
+/// [`copy_synced`]).
+pub(crate) fn install_copy(
+    fs: &dyn Fs,
+    dir: &Path,
+    name: &str,
+    source: &dyn FsFile,
+    len: u64,
+) -> crate::Result<()> {
+    install_with(fs, dir, name, |tmp| copy_synced(fs, tmp, source, len))
+}
+
+/// [`install`]'s steps around `write`, which creates the temporary file
+/// and syncs it.
+fn install_with(
+    fs: &dyn Fs,
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&Path) -> io::Result<()>,
+) -> crate::Result<()> {
     let io = |what: &str, path: &Path, e| crate::Error::io(format!("{what} {}", path.display()), e);
     let tmp = temporary_path(dir, name);
     let path = join(dir, name);
-    write_synced(fs, &tmp, bytes).map_err(|e| io("writing", &tmp, e))?;
+    write(&tmp).map_err(|e| io("writing", &tmp, e))?;
     fs.rename(&tmp, &path)
         .map_err(|e| io("renaming to", &path, e))?;
     fs.sync_dir(dir)
