@@ -175,7 +175,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         .find(|segment| segment.header.origin == Origin::Log)
         .map(|segment| segment.id);
     if let Some(active) = active_id.and_then(|id| opened.iter_mut().find(|s| s.id == id)) {
-        sync_active(&*fs, &dir, active)?;
+        sync_active(&*fs, &dir, active, &mut report)?;
     }
     let now = clock.now();
     let keydir = Keydir::new(config.partitions);
@@ -507,42 +507,49 @@ fn load_segment(
 /// rewrites only what came after the last good sync, would not know.
 ///
 /// Should this sync fail, the kernel has dropped the pages' dirty state
-/// (their bytes still read back) and no later sync of the file would write
-/// them: a restart would find the sync succeeding and the records gone at
-/// the next power cut. So the segment is rewritten whole, as reads see it
-/// now, under a temporary name, synced and renamed over the original, and
-/// opened afresh. If that fails too, open fails with the first error; a
-/// restart after that syncs the original "successfully", which this cannot
-/// prevent without writing somewhere that is failing.
-fn sync_active(fs: &dyn Fs, dir: &Path, active: &mut Arc<Segment>) -> Result<()> {
+/// (their bytes still read back while they stay cached) and no later sync
+/// of the file would write them: a restart would find the sync succeeding
+/// and the records gone at the next power cut. So the segment is rewritten
+/// whole, as reads see it now, under a temporary name, synced and renamed
+/// over the original, and opened afresh. Should reads already find the
+/// pages evicted, the copy holds what the disk has, as the original would.
+///
+/// If the copy fails too, open fails with the sync's error, and a restart
+/// after that syncs the original "successfully", which this cannot prevent
+/// without writing somewhere that is failing. Once the copy is renamed and
+/// the directory synced, the records are safe whatever comes after.
+fn sync_active(
+    fs: &dyn Fs,
+    dir: &Path,
+    active: &mut Arc<Segment>,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let path = active.path.clone();
     let error = match active.file.sync_data() {
         Ok(()) => return Ok(()),
-        Err(error) => Error::io(format!("syncing {}", active.path.display()), error),
+        Err(error) => Error::io(format!("syncing {}", path.display()), error),
     };
     tracing::warn!(
-        file = %active.path.display(),
+        file = %path.display(),
         %error,
         "syncing the active segment failed; rewriting it from what reads still see"
     );
     let name = segment::segment_name(active.id);
-    let rewritten = active
+    let copied = active
         .file
         .len()
-        .map_err(|e| Error::io(format!("reading length of {}", active.path.display()), e))
-        .and_then(|len| crate::fs::install_copy(fs, dir, &name, &*active.file, len))
-        .and_then(|()| segment::open_start(fs, &active.path, true));
-    match rewritten {
-        Ok((file, len, _)) => {
-            *active = Arc::new(Segment::new(active.path.clone(), file, active.header, len));
-            tracing::info!(file = %active.path.display(), len, "rewrote the active segment");
-            Ok(())
-        }
-        Err(rewrite) => {
-            crate::fs::discard(fs, dir, &[&crate::fs::temporary_path(dir, &name)]);
-            tracing::error!(%rewrite, "rewriting the active segment failed");
-            Err(error)
-        }
+        .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))
+        .and_then(|len| crate::fs::install_copy(fs, dir, &name, &*active.file, len));
+    if let Err(copy) = copied {
+        crate::fs::discard(fs, dir, &[&crate::fs::temporary_path(dir, &name)]);
+        tracing::error!(%copy, "rewriting the active segment failed");
+        return Err(error);
     }
+    let (file, len, _) = segment::open_start(fs, &path, true)?;
+    *active = Arc::new(Segment::new(path, file, active.header, len));
+    report.rewritten_segments += 1;
+    tracing::info!(file = %active.path.display(), len, "rewrote the active segment");
+    Ok(())
 }
 
 /// Truncates the active segment to `offset` and syncs the new length.

@@ -100,6 +100,9 @@ pub struct RecoveryReport {
     /// Segment files removed because a power cut interrupted their creation
     /// before their header reached the disk: they held no records.
     pub unfinished_segments: u64,
+    /// Active segments rewritten because syncing them at open failed (see
+    /// the README's durability section): 0 or 1.
+    pub rewritten_segments: u64,
     /// Damaged sealed segments salvage rewrote, or moved aside whole when
     /// they had no header and no room for a record (only when asked for,
     /// see [`crate::Config::salvage`]).

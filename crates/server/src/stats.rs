@@ -218,6 +218,11 @@ impl ServerStats {
         );
         stat(
             out,
+            "recovery_rewritten_segments",
+            engine.recovery.rewritten_segments,
+        );
+        stat(
+            out,
             "recovery_salvaged_segments",
             engine.recovery.salvaged_segments,
         );

@@ -95,7 +95,8 @@ pub trait FsFile: Send + Sync {
     }
 }
 
-/// Bytes handed to the disk at a time by [`WriteBack`] and [`write_synced`].
+/// Bytes handed to the disk at a time by [`WriteBack`], and the pieces in
+/// which [`write_synced`] and [`copy_synced`] write a file.
 pub(crate) const WRITE_BACK_CHUNK: usize = 1 << 20;
 
 /// Hands a file that is being written front to back, in pieces, to the
@@ -176,7 +177,9 @@ pub(crate) fn write_synced(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> io::Result
 
 /// Creates `path` (replacing any file there) holding a copy of the first
 /// `len` bytes of `source` as reads of it see them now, synced, as
-/// [`write_synced`] does; reads and writes a piece at a time.
+/// [`write_synced`] does; reads and writes a piece at a time. Pieces of
+/// zeros (the log's reserved blocks) are not written: they read back as
+/// zeros all the same, and the disk is spared the writes.
 fn copy_synced(fs: &dyn Fs, path: &Path, source: &dyn FsFile, len: u64) -> io::Result<()> {
     let mut buffer = vec![0u8; (WRITE_BACK_CHUNK as u64).min(len) as usize];
     write_synced_with(fs, path, len, |file, offset, len| {
@@ -184,13 +187,17 @@ fn copy_synced(fs: &dyn Fs, path: &Path, source: &dyn FsFile, len: u64) -> io::R
             .get_mut(..len)
             .ok_or_else(|| io::Error::other("piece out of range"))?;
         source.read_exact_at(piece, offset)?;
+        if piece.iter().all(|&byte| byte == 0) {
+            return Ok(());
+        }
         file.write_all_at(piece, offset)
     })
 }
 
 /// Creates `path` (replacing any file there) of `len` bytes, each piece of
 /// at most [`WRITE_BACK_CHUNK`] written by `write_piece(file, offset,
-/// piece_len)` and handed to the disk as it goes, then synced.
+/// piece_len)` (which may leave it a hole of zeros) and handed to the disk
+/// as it goes, then synced, its length with it.
 fn write_synced_with(
     fs: &dyn Fs,
     path: &Path,
@@ -206,6 +213,9 @@ fn write_synced_with(
         write_piece(&*file, offset, piece as usize)?;
         write_back.wrote(&*file, offset, piece)?;
         offset += piece;
+    }
+    if file.len()? != len {
+        file.set_len(len)?;
     }
     file.sync_data()
 }
