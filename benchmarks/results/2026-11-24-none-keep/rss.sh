@@ -1,12 +1,13 @@
-# usage: rss.sh durability seconds
+# usage: [LARDER=...] [WORK=...] rss.sh durability seconds
 D=$1; T=$2
-rm -rf /tmp/sc/rdata
-/work/main/target/release/larder serve -p 22123 --durability $D --data-dir /tmp/sc/rdata > /tmp/sc/rsrv.log 2>&1 &
+LARDER=${LARDER:-target/release/larder}; WORK=${WORK:-/tmp/larder-rss}; mkdir -p "$WORK"
+rm -rf "$WORK"/rdata
+"$LARDER" serve -p 22123 --durability $D --data-dir "$WORK"/rdata > "$WORK"/rsrv.log 2>&1 &
 SP=$!
 sleep 1
-/work/main/target/release/larder bench -s 127.0.0.1:22123 -t 2 -c 25 -P 16 --ratio 0:1 -k 1000000 --requests 1000000 --duration 20s >/dev/null 2>&1
+"$LARDER" bench -s 127.0.0.1:22123 -t 2 -c 25 -P 16 --ratio 0:1 -k 1000000 --requests 1000000 --duration 20s >/dev/null 2>&1
 echo "$D after preload: rss $(awk '/VmRSS/{print $2}' /proc/$SP/status) kB"
-/work/main/target/release/larder bench -s 127.0.0.1:22123 -t 2 -c 25 -P 16 --ratio 0:1 -k 1000000 --duration ${T}s 2>&1 | grep throughput &
+"$LARDER" bench -s 127.0.0.1:22123 -t 2 -c 25 -P 16 --ratio 0:1 -k 1000000 --duration ${T}s 2>&1 | grep throughput &
 BP=$!
 max=0; for i in $(seq 1 $((T/2))); do sleep 2; r=$(awk '/VmRSS/{print $2}' /proc/$SP/status); [ $r -gt $max ] && max=$r; echo -n "$r "; done; echo
 wait $BP
