@@ -413,12 +413,7 @@ fn what_a_killed_process_left_unsynced_is_synced_at_open_so_a_later_failed_sync_
         fs.clear_faults();
         engine.maintain_now();
         assert!(engine.stats().sync_failure.is_none(), "healed");
-        engine.sync().unwrap();
-        fs.power_cut(None);
-        drop(engine);
-        let engine = open(&fs, &config, &clock);
-        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
-        assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
+        power_cut_keeps_the_20_and_after(&fs, &config, &clock, engine, durability);
     }
 }
 
@@ -439,15 +434,28 @@ fn a_failed_sync_at_open_rewrites_the_active_segment_so_a_restart_loses_nothing(
         );
         assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
         store_and_commit(&engine, b"after", b"a").unwrap();
-        engine.sync().unwrap();
-        fs.power_cut(None);
-        drop(engine);
-        let engine = open(&fs, &config, &clock);
-        assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
-        assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
+        let engine = power_cut_keeps_the_20_and_after(&fs, &config, &clock, engine, durability);
         assert_eq!(engine.recovery_report().rewritten_segments, 0);
         assert_no_temporary_files(&fs, &config);
     }
+}
+
+/// Syncs, cuts the power and opens again: the 20 keys written before the
+/// kill and the one written after it must all be there.
+fn power_cut_keeps_the_20_and_after(
+    fs: &MemFs,
+    config: &Config,
+    clock: &Clock,
+    engine: Engine,
+    durability: Durability,
+) -> Engine {
+    engine.sync().unwrap();
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(fs, config, clock);
+    assert_eq!(contents(&engine, &keys(20)).len(), 20, "{durability:?}");
+    assert_eq!(value(&engine, b"after").unwrap(), b"a", "{durability:?}");
+    engine
 }
 
 fn assert_no_temporary_files(fs: &MemFs, config: &Config) {
