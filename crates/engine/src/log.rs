@@ -4,7 +4,8 @@
 //! Threads: any writer thread calls [`Log::append`] (with its partition lock
 //! held) and later [`Log::commit`]; one sync thread, started by the engine
 //! as a batch thread (see [`run_as_batch`](crate::scheduling::run_as_batch)),
-//! runs [`Log::sync_loop`]. Appends go to an in-memory buffer under the log
+//! runs [`Log::sync_loop`]. Under `Always` it is an ordinary thread while
+//! it syncs a group ([`as_ordinary`](crate::scheduling::as_ordinary)). Appends go to an in-memory buffer under the log
 //! lock (O(record) work) and are `fdatasync`ed by the sync thread.
 //!
 //! Handing records to the OS: the sync thread keeps the active segment's
@@ -936,7 +937,13 @@ impl Log {
             return written;
         }
         let waiting = std::mem::take(&mut self.sync.lock().waiting);
-        self.sync_and_publish(&segment, position)?;
+        // The group is closed: committers wait on this sync alone, so the
+        // thread should not wait for a CPU after it (see `as_ordinary`).
+        if self.durability == Durability::Always {
+            crate::scheduling::as_ordinary(|| self.sync_and_publish(&segment, position))?;
+        } else {
+            self.sync_and_publish(&segment, position)?;
+        }
         self.counters.record_group_commit(waiting.max(1));
         written
     }

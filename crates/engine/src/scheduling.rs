@@ -16,21 +16,61 @@
 ///
 /// How much later is up to the kernel: at most about one time slice of
 /// the running thread (a few milliseconds), on each wake-up. Any busy
-/// thread of normal priority counts, another process's too.
+/// thread of normal priority counts, another process's too. Where the
+/// wait would only delay committers, not let more of them join, the
+/// thread steps out of batch work for it ([`as_ordinary`]).
 ///
 /// On Linux this is `SCHED_BATCH` (see `sched(7)`), which any thread may
 /// choose for itself; the thread's nice value is kept. Elsewhere it does
 /// nothing. Returns whether the hint was taken.
 pub(crate) fn run_as_batch() -> bool {
+    let taken = set_batch(true);
+    BATCH.with(|batch| batch.set(taken));
+    taken
+}
+
+/// Runs `work` with the calling thread as an ordinary thread again, if it
+/// chose batch work ([`run_as_batch`]), and returns it to batch work
+/// after; other threads just run `work`.
+///
+/// The sync thread syncs this way under `Always`: the group is closed by
+/// then, so a late wake-up after the `fdatasync` would only keep its
+/// committers waiting (a time slice or more while every CPU is busy; see
+/// BENCHMARKS.md, experiment C). An ordinary thread woken from the sync
+/// may preempt a busy one, once per group.
+pub(crate) fn as_ordinary<T>(work: impl FnOnce() -> T) -> T {
+    if !BATCH.with(std::cell::Cell::get) {
+        return work();
+    }
+    set_batch(false);
+    let result = work();
+    set_batch(true);
+    result
+}
+
+thread_local! {
+    /// Whether this thread chose batch work ([`run_as_batch`]).
+    static BATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the calling thread a batch thread or an ordinary one; returns
+/// whether the OS took it.
+fn set_batch(batch: bool) -> bool {
     #[cfg(target_os = "linux")]
     {
+        let policy = if batch {
+            libc::SCHED_BATCH
+        } else {
+            libc::SCHED_OTHER
+        };
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: `pthread_setschedparam` reads `param` only, and
         // `pthread_self` is the calling thread, alive for the call.
-        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_BATCH, &param) == 0 }
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), policy, &param) == 0 }
     }
     #[cfg(not(target_os = "linux"))]
     {
+        let _ = batch;
         false
     }
 }
@@ -48,5 +88,34 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(policy, libc::SCHED_BATCH);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_thread_is_ordinary_for_the_work_it_asks_and_batch_again_after() {
+        let (inside, after) = std::thread::spawn(|| {
+            assert!(super::run_as_batch());
+            // SAFETY: pid 0 is the calling thread.
+            let inside = super::as_ordinary(|| unsafe { libc::sched_getscheduler(0) });
+            (inside, unsafe { libc::sched_getscheduler(0) })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(inside, libc::SCHED_OTHER);
+        assert_eq!(after, libc::SCHED_BATCH);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_ordinary_thread_stays_ordinary() {
+        let (inside, after) = std::thread::spawn(|| {
+            // SAFETY: pid 0 is the calling thread.
+            let inside = super::as_ordinary(|| unsafe { libc::sched_getscheduler(0) });
+            (inside, unsafe { libc::sched_getscheduler(0) })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(inside, libc::SCHED_OTHER);
+        assert_eq!(after, libc::SCHED_OTHER);
     }
 }
