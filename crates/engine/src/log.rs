@@ -5,8 +5,9 @@
 //! held) and later [`Log::commit`]; one sync thread, started by the engine
 //! as a batch thread (see [`run_as_batch`](crate::scheduling::run_as_batch)),
 //! runs [`Log::sync_loop`]. Under `Always` it is an ordinary thread while
-//! it syncs a group ([`as_ordinary`](crate::scheduling::as_ordinary)). Appends go to an in-memory buffer under the log
-//! lock (O(record) work) and are `fdatasync`ed by the sync thread.
+//! it syncs a group ([`as_ordinary`](crate::scheduling::as_ordinary)).
+//! Appends go to an in-memory buffer under the log lock (O(record) work)
+//! and are `fdatasync`ed by the sync thread.
 //!
 //! Handing records to the OS: the sync thread keeps the active segment's
 //! blocks reserved up to [`RESERVE_AHEAD`] past its end
