@@ -90,32 +90,38 @@ mod tests {
         assert_eq!(policy, libc::SCHED_BATCH);
     }
 
+    /// On a new thread that first chose batch work if `batch`: its policy
+    /// inside [`super::as_ordinary`], and after it.
     #[cfg(target_os = "linux")]
-    #[test]
-    fn a_batch_thread_is_ordinary_for_the_work_it_asks_and_batch_again_after() {
-        let (inside, after) = std::thread::spawn(|| {
-            assert!(super::run_as_batch());
+    fn policies_in_and_after_as_ordinary(batch: bool) -> (i32, i32) {
+        std::thread::spawn(move || {
+            if batch {
+                assert!(super::run_as_batch());
+            }
             // SAFETY: pid 0 is the calling thread.
             let inside = super::as_ordinary(|| unsafe { libc::sched_getscheduler(0) });
+            // SAFETY: as above.
             (inside, unsafe { libc::sched_getscheduler(0) })
         })
         .join()
-        .unwrap();
-        assert_eq!(inside, libc::SCHED_OTHER);
-        assert_eq!(after, libc::SCHED_BATCH);
+        .unwrap()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_thread_is_ordinary_for_the_work_it_asks_and_batch_again_after() {
+        assert_eq!(
+            policies_in_and_after_as_ordinary(true),
+            (libc::SCHED_OTHER, libc::SCHED_BATCH)
+        );
     }
 
     #[cfg(target_os = "linux")]
     #[test]
     fn an_ordinary_thread_stays_ordinary() {
-        let (inside, after) = std::thread::spawn(|| {
-            // SAFETY: pid 0 is the calling thread.
-            let inside = super::as_ordinary(|| unsafe { libc::sched_getscheduler(0) });
-            (inside, unsafe { libc::sched_getscheduler(0) })
-        })
-        .join()
-        .unwrap();
-        assert_eq!(inside, libc::SCHED_OTHER);
-        assert_eq!(after, libc::SCHED_OTHER);
+        assert_eq!(
+            policies_in_and_after_as_ordinary(false),
+            (libc::SCHED_OTHER, libc::SCHED_OTHER)
+        );
     }
 }
