@@ -162,7 +162,13 @@ struct State {
     sync_data_calls: u64,
     sync_dir_calls: u64,
     write_back_waits: u64,
+    /// Called at each `sync_data`, on the calling thread
+    /// ([`MemFs::observe_sync_data`]).
+    sync_observer: Option<SyncObserver>,
 }
+
+/// What [`MemFs::observe_sync_data`] calls.
+type SyncObserver = Arc<dyn Fn() + Send + Sync>;
 
 impl Default for State {
     fn default() -> Self {
@@ -180,6 +186,7 @@ impl Default for State {
             sync_data_calls: 0,
             sync_dir_calls: 0,
             write_back_waits: 0,
+            sync_observer: None,
         }
     }
 }
@@ -684,6 +691,14 @@ impl MemFs {
         self.state.lock().sync_data_calls
     }
 
+    /// Calls `observe` at the start of every later `sync_data` on a live
+    /// handle, on the thread that syncs, with no lock of this file system
+    /// held: for a test to see which thread syncs, and how it runs.
+    /// Replaces any earlier observer.
+    pub fn observe_sync_data(&self, observe: impl Fn() + Send + Sync + 'static) {
+        self.state.lock().sync_observer = Some(Arc::new(observe));
+    }
+
     /// How many times `sync_dir` was called, whether it failed or not.
     pub fn sync_dir_calls(&self) -> u64 {
         self.state.lock().sync_dir_calls
@@ -902,6 +917,10 @@ impl FsFile for MemFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        let observer = self.state(false)?.sync_observer.clone();
+        if let Some(observe) = observer {
+            observe();
+        }
         let mut state = self.state(false)?;
         state.sync_data_calls += 1;
         if let Err(error) = state.check_fault(Op::Sync) {
