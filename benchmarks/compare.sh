@@ -42,8 +42,9 @@
 # directory, is preloaded with every key, and is stopped by its PID (a trap
 # stops whatever is still running on exit). Rounds are interleaved: round 1
 # of every server, then round 2, ... so slow drift of the machine spreads
-# over all servers instead of landing on one. Each round starts each server
-# afresh. Next to each run goes the share of the machine's CPU the host
+# over all servers instead of landing on one; even rounds take the servers
+# in reverse order, so the last minutes of a round (or of the run) do not
+# always fall to the same server. Each round starts each server afresh. Next to each run goes the share of the machine's CPU the host
 # stole during it (raw/<server>/<cell>-runN.steal), which the report lists.
 
 set -euo pipefail
@@ -203,7 +204,11 @@ log "$nservers servers x $cells cells x $RUNS runs of $DURATION (+$WARMUP warm-u
 
 start_time=$SECONDS
 for ((round = 1; round <= RUNS; round++)); do
-    for server in $SERVERS; do
+    read -ra order <<<"$SERVERS"
+    if ((round % 2 == 0)); then
+        read -ra order <<<"$(printf '%s\n' "${order[@]}" | tac | tr '\n' ' ')"
+    fi
+    for server in "${order[@]}"; do
         proto="$(protocol_of "$server")"
         start_server "$server" "$round"
         port="$CURRENT_PORT"

@@ -92,6 +92,32 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
     return cells, failures
 
 
+def round_drift(raw: Path) -> dict:
+    """How each server's rounds compare with its first: for round k, the
+    median over the cells measured in both of (round k ops/s) / (round 1
+    ops/s). A fall shared by every server is the machine drifting through
+    the run, not any one server slowing; returns server -> {"cells": n,
+    "by_round": [1.0, r2, r3, ...]}."""
+    drift: dict = {}
+    for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
+        by_cell: dict = {}
+        for path in server_dir.iterdir():
+            match = RUN_FILE.match(path.name)
+            if match and match.group(5) == "json":
+                workload, conns, pipeline, run, _ = match.groups()
+                ops = json.loads(path.read_text())["ops_per_second"]
+                by_cell.setdefault((workload, conns, pipeline), {})[int(run)] = ops
+        rounds = sorted({run for runs in by_cell.values() for run in runs})
+        if len(rounds) < 2 or rounds[0] != 1:
+            continue
+        by_round = [1.0]
+        for run in rounds[1:]:
+            ratios = [runs[run] / runs[1] for runs in by_cell.values() if run in runs and runs.get(1)]
+            by_round.append(statistics.median(ratios) if ratios else None)
+        drift[server_dir.name] = {"cells": len(by_cell), "by_round": by_round}
+    return drift
+
+
 def host_steal_percent(path: Path) -> float | None:
     """The percent of the machine's CPU time the host stole during a run
     (written next to the run by compare.sh and pairs.sh), or None where
@@ -372,6 +398,7 @@ def main() -> int:
         if settled:
             waits[server_dir.name] = settled
 
+    drift = round_drift(raw)
     checks = target_checks(cells)
     ordered_keys = sorted(set(cells) | set(failures), key=cell_sort)
 
@@ -391,6 +418,7 @@ def main() -> int:
         ],
         "data_dir_kib_after_round": disk,
         "wait_after_preload": waits,
+        "round_drift": drift,
         "targets": checks,
     }
     (results_dir / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -474,6 +502,19 @@ def main() -> int:
         busy = [server for server, rounds in waits.items() if any(w.endswith(" busy") for w in rounds)]
         if busy:
             md += ["", f"**Still busy when measuring began** (its runs started on a busy machine): {', '.join(busy)}."]
+        md.append("")
+    if drift:
+        rounds = max(len(d["by_round"]) for d in drift.values())
+        md += ["## Each round against the first", "",
+               "Per server, the median over its cells of each round's ops/s divided by the first "
+               "round's. When every server falls together, the machine slowed during the run.", "",
+               "| server | cells | " + " | ".join(f"round {k}" for k in range(2, rounds + 1)) + " |",
+               "|---|---:|" + "---:|" * (rounds - 1)]
+        for server in order_servers(drift):
+            d = drift[server]
+            shown = [f"{x:.3f}" if x is not None else "n/a" for x in d["by_round"][1:]]
+            shown += [""] * (rounds - len(d["by_round"]))
+            md.append(f"| {server} | {d['cells']} | " + " | ".join(shown) + " |")
         md.append("")
     md += ["## The issue's targets, as far as these cells show them", ""]
     md.append("| target | cell | server | measured | met |")

@@ -98,6 +98,37 @@ def test_compare_script_measures_every_cell(tmp_path):
     assert not any("taskset" in c for c in commands), "pinned without being asked"
 
 
+def test_compare_script_reverses_the_order_of_even_rounds_and_reports_drift(tmp_path):
+    results = run_compare(
+        tmp_path,
+        RUNS="2",
+        SETTLE_SECONDS_MAX="1",
+        SERVERS="memcached larder-none",
+        WORKLOADS="get",
+        CONNS="2",
+        PIPELINES="1",
+    )
+
+    commands = (results / "raw" / "commands.txt").read_text().splitlines()
+    starts = [c.split(":")[0] for c in commands if c.startswith("start ")]
+    assert starts == [
+        "start memcached round 1",
+        "start larder-none round 1",
+        "start larder-none round 2",
+        "start memcached round 2",
+    ], starts
+    report = json.loads((results / "results.json").read_text())
+    for server in ("memcached", "larder-none"):
+        drift = report["round_drift"][server]
+        assert drift["cells"] == 1, (server, drift)
+        first, second = (
+            json.loads((results / "raw" / server / f"get-c2-p1-run{n}.json").read_text())["ops_per_second"]
+            for n in (1, 2)
+        )
+        assert drift["by_round"] == [1.0, second / first], (server, drift)
+    assert "## Each round against the first" in (results / "results.md").read_text()
+
+
 def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
     server_cpus, client_cpus = one_cpu_two_ways()
     results = run_compare(
