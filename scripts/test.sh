@@ -58,6 +58,23 @@ for tool in /usr/bin/memcached memccapable cargo; do
     command -v "$tool" >/dev/null 2>&1 || { echo "missing tool: $tool" >&2; exit 1; }
 done
 
+# tests/python/test_other_clients.py builds memcached clients in Go, Java and
+# Node.js; the machines this runs on come with these toolchains, and Debian's
+# packages stand in for any that is missing.
+section "toolchains for the Go, Java and Node.js clients"
+declare -A TOOL_PACKAGES=([go]=golang-go [java]=default-jdk-headless [mvn]=maven [node]=nodejs [npm]=npm)
+missing=()
+for tool in "${!TOOL_PACKAGES[@]}"; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("${TOOL_PACKAGES[$tool]}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    as_root apt-get update -qq </dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Use-Pty=0 "${missing[@]}" </dev/null >/dev/null
+fi
+echo "$(go version) | $(java -version 2>&1 | head -n 1) | maven $(mvn -B -v 2>/dev/null | head -n 1 | awk '{print $3}') | node $(node --version) | npm $(npm --version)"
+
 section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION pytest==$PYTEST_VERSION"
 # Debian's python3 (python3-venv is installed for it); any python3 otherwise.
 PYTHON=/usr/bin/python3
