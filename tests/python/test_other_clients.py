@@ -85,14 +85,7 @@ class BuiltPrograms:
             out.mkdir()
             for step in program.build:
                 argv = [part.replace("{out}", str(out)) for part in step]
-                done = subprocess.run(
-                    argv,
-                    cwd=program.directory,
-                    stdin=subprocess.DEVNULL,
-                    capture_output=True,
-                    text=True,
-                    timeout=BUILD_TIMEOUT_S,
-                )
+                done = run_in(program.directory, argv, BUILD_TIMEOUT_S)
                 assert done.returncode == 0, (
                     f"building {program.name}: {' '.join(argv)} exited {done.returncode}\n"
                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -106,17 +99,15 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> BuiltPrograms:
     return BuiltPrograms(tmp_path_factory.mktemp("client-builds"))
 
 
+def run_in(directory: Path, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        argv, cwd=directory, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
 def run_program(built: BuiltPrograms, program: ClientProgram, server, *args: str) -> subprocess.CompletedProcess:
     host, port = server.address
-    argv = built.command(program) + [f"{host}:{port}", *args]
-    return subprocess.run(
-        argv,
-        cwd=program.directory,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-    )
+    return run_in(program.directory, built.command(program) + [f"{host}:{port}", *args], RUN_TIMEOUT_S)
 
 
 def explain(done: subprocess.CompletedProcess) -> str:
