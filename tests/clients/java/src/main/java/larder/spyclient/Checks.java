@@ -230,7 +230,7 @@ final class Checks {
 
   private MemcachedClient otherClient() {
     try {
-      return new MemcachedClient(addr);
+      return Connect.client(addr);
     } catch (IOException e) {
       fail("second client: expected a connection got " + e);
       return null;
@@ -629,8 +629,14 @@ final class Checks {
     eq("asyncIncr", 9L, await("asyncIncr", c.asyncIncr(key, 2)));
     eq("asyncDecr", 4L, await("asyncDecr", c.asyncDecr(key, 5)));
     eq("asyncDecr below zero", 0L, await("asyncDecr", c.asyncDecr(key, 50)));
-    eq("asyncIncr of a missing key", -1L, await("asyncIncr", c.asyncIncr(k("ctr-none"), 1)));
-    eq("asyncDecr of a missing key", -1L, await("asyncDecr", c.asyncDecr(k("ctr-none"), 1)));
+    // incr() and decr() give -1 for any refusal; the futures' status tells
+    // NOT_FOUND from an error reply.
+    OperationFuture<Long> incrMissing = c.asyncIncr(k("ctr-none"), 1);
+    eq("asyncIncr of a missing key", -1L, await("asyncIncr", incrMissing));
+    eq("asyncIncr of a missing key: reply", "NOT_FOUND", incrMissing.getStatus().getMessage());
+    OperationFuture<Long> decrMissing = c.asyncDecr(k("ctr-none"), 1);
+    eq("asyncDecr of a missing key", -1L, await("asyncDecr", decrMissing));
+    eq("asyncDecr of a missing key: reply", "NOT_FOUND", decrMissing.getStatus().getMessage());
     throwsEx("asyncIncr with a default (binary protocol only)", UnsupportedOperationException.class,
         () -> c.asyncIncr(key, 1, 5));
   }
@@ -710,7 +716,6 @@ final class Checks {
   }
 
   private void expirySetup() {
-    expirySetAtNanos = System.nanoTime();
     long now = System.currentTimeMillis() / 1000;
     stored("set with exp 2", c.set(k("exp2"), 2, "short"), true, "STORED");
     eq("get at once", "short", c.get(k("exp2")));
@@ -724,6 +729,8 @@ final class Checks {
     stored("touch to exp 0", c.touch(k("exp-touched-never"), 0), true, "TOUCHED");
 
     eq("incr with default and exp 2", 5L, c.incr(k("exp-counter"), 1, 5, 2));
+    // The wait in expiryAfter counts from the last store with exp 2.
+    expirySetAtNanos = System.nanoTime();
     eq("get counter", "5", c.get(k("exp-counter")));
 
     stored("set with exp -1", c.set(k("exp-negative"), -1, "gone"), true, "STORED");
@@ -747,7 +754,9 @@ final class Checks {
     eq("touched to exp 2 after 3.5 s", null, c.get(k("exp-touched-short")));
     eq("touched to exp 0 after 3.5 s", "keep", c.get(k("exp-touched-never")));
     eq("counter with exp 2 after 3.5 s", null, c.get(k("exp-counter")));
-    eq("incr of the expired counter", -1L, c.incr(k("exp-counter"), 1));
+    OperationFuture<Long> incrExpired = c.asyncIncr(k("exp-counter"), 1);
+    eq("incr of the expired counter", -1L, await("asyncIncr", incrExpired));
+    eq("incr of the expired counter: reply", "NOT_FOUND", incrExpired.getStatus().getMessage());
     eq("absolute exp an hour ahead", "later", c.get(k("exp-abs-future")));
     eq("getBulk of expired and live keys", Map.of(k("exp-abs-future"), "later"),
         c.getBulk(k("exp2"), k("exp-touched-short"), k("exp-abs-future")));

@@ -2,7 +2,9 @@ package larder.spyclient;
 
 import java.io.IOException;
 import java.net.InetSocketAddress;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
+import net.spy.memcached.ConnectionFactoryBuilder;
 import net.spy.memcached.MemcachedClient;
 
 /** Opening and closing clients. */
@@ -10,14 +12,31 @@ final class Connect {
   private Connect() {}
 
   /**
-   * A client (spymemcached's default connection factory: text protocol) on
+   * How long an operation may wait, in its queue and for its reply. The
+   * client's default, 2.5 s, is short for a busy machine with writes that
+   * wait for fdatasync; spymemcached also drops a queued write that has
+   * waited longer without sending it.
+   */
+  static final long OP_TIMEOUT_MS = 10_000;
+
+  /**
+   * A new client: spymemcached's default connection factory settings
+   * (text protocol) but for the operation timeout ({@link #OP_TIMEOUT_MS}).
+   */
+  static MemcachedClient client(InetSocketAddress addr) throws IOException {
+    return new MemcachedClient(
+        new ConnectionFactoryBuilder().setOpTimeout(OP_TIMEOUT_MS).build(), List.of(addr));
+  }
+
+  /**
+   * A client ({@link #client}) on
    * a server that has answered "version"; null, after saying why on stderr,
    * when none answers within about ten seconds.
    */
   static MemcachedClient open(InetSocketAddress addr) {
     MemcachedClient c;
     try {
-      c = new MemcachedClient(addr);
+      c = client(addr);
     } catch (IOException e) {
       System.err.println("FAIL connect: expected a client for " + addr + " got " + e);
       return null;
