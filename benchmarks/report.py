@@ -79,7 +79,7 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
             match = RUN_FILE.match(path.name)
             if not match:
                 continue
-            workload, conns, pipeline, _run, kind = match.groups()
+            workload, conns, pipeline, run, kind = match.groups()
             key = (workload, int(conns), int(pipeline))
             if kind == "failed":
                 failures.setdefault(key, {}).setdefault(server, 0)
@@ -88,33 +88,32 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
             with path.open() as f:
                 report = json.load(f)
             report["host_steal_percent"] = host_steal_percent(path.with_suffix(".steal"))
+            report["round"] = int(run)
             cells.setdefault(key, {}).setdefault(server, []).append(report)
     return cells, failures
 
 
-def round_drift(raw: Path) -> dict:
+def round_drift(runs: dict) -> dict:
     """How each server's rounds compare with its first: for round k, the
     median over the cells measured in both of (round k ops/s) / (round 1
     ops/s). A fall shared by every server is the machine drifting through
-    the run, not any one server slowing; returns server -> {"cells": n,
-    "by_round": [1.0, r2, r3, ...]}."""
+    the run, not any one server slowing. `runs` is what `load_runs`
+    returns; the result is server -> {"cells": n, "by_round": [1.0, r2,
+    r3, ...]}."""
+    by_server: dict = {}
+    for key, by_srv in runs.items():
+        for server, reports in by_srv.items():
+            by_server.setdefault(server, {})[key] = {r["round"]: r["ops_per_second"] for r in reports}
     drift: dict = {}
-    for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
-        by_cell: dict = {}
-        for path in server_dir.iterdir():
-            match = RUN_FILE.match(path.name)
-            if match and match.group(5) == "json":
-                workload, conns, pipeline, run, _ = match.groups()
-                ops = json.loads(path.read_text())["ops_per_second"]
-                by_cell.setdefault((workload, conns, pipeline), {})[int(run)] = ops
-        rounds = sorted({run for runs in by_cell.values() for run in runs})
+    for server, by_cell in sorted(by_server.items()):
+        rounds = sorted({run for ops in by_cell.values() for run in ops})
         if len(rounds) < 2 or rounds[0] != 1:
             continue
         by_round = [1.0]
         for run in rounds[1:]:
-            ratios = [runs[run] / runs[1] for runs in by_cell.values() if run in runs and runs.get(1)]
+            ratios = [ops[run] / ops[1] for ops in by_cell.values() if run in ops and ops.get(1)]
             by_round.append(statistics.median(ratios) if ratios else None)
-        drift[server_dir.name] = {"cells": len(by_cell), "by_round": by_round}
+        drift[server] = {"cells": len(by_cell), "by_round": by_round}
     return drift
 
 
@@ -398,7 +397,7 @@ def main() -> int:
         if settled:
             waits[server_dir.name] = settled
 
-    drift = round_drift(raw)
+    drift = round_drift(runs)
     checks = target_checks(cells)
     ordered_keys = sorted(set(cells) | set(failures), key=cell_sort)
 
