@@ -38,6 +38,14 @@ as_root() {
     fi
 }
 
+# Installs Debian packages, quietly.
+apt_install() {
+    echo "installing: $*"
+    as_root apt-get update -qq </dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Use-Pty=0 "$@" </dev/null >/dev/null
+}
+
 section "system packages: ${APT_PACKAGES[*]}"
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -46,11 +54,7 @@ for pkg in "${APT_PACKAGES[@]}"; do
     fi
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    as_root apt-get update -qq </dev/null
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        -o Dpkg::Use-Pty=0 "${missing[@]}" </dev/null >/dev/null
+    apt_install "${missing[@]}"
 else
     echo "all present"
 fi
@@ -68,10 +72,7 @@ for tool in "${!TOOL_PACKAGES[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("${TOOL_PACKAGES[$tool]}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-    echo "installing: ${missing[*]}"
-    as_root apt-get update -qq </dev/null
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        -o Dpkg::Use-Pty=0 "${missing[@]}" </dev/null >/dev/null
+    apt_install "${missing[@]}"
 fi
 echo "$(go version) | $(java -version 2>&1 | head -n 1) | maven $(mvn -B -v 2>/dev/null | head -n 1 | awk '{print $3}') | node $(node --version) | npm $(npm --version)"
 
