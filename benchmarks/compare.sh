@@ -44,8 +44,9 @@
 # of every server, then round 2, ... so slow drift of the machine spreads
 # over all servers instead of landing on one; even rounds take the servers
 # in reverse order, so the last minutes of a round (or of the run) do not
-# always fall to the same server. Each round starts each server afresh. Next to each run goes the share of the machine's CPU the host
-# stole during it (raw/<server>/<cell>-runN.steal), which the report lists.
+# always fall to the same server. Each round starts each server afresh.
+# Next to each run goes the share of the machine's CPU the host stole
+# during it (raw/<server>/<cell>-runN.steal), which the report lists.
 
 set -euo pipefail
 
