@@ -430,6 +430,60 @@ def test_reply_matches_memcached(case: Case, module_memcached, module_larder):
     pytest.fail(describe(case, actual, reference), pytrace=False)
 
 
+# ---- documented differences, pinned ---------------------------------------
+# The README names these differences from memcached; each test below holds
+# Larder to what the README says (and, where it says so, memcached to its side).
+
+
+def ask(address: Tuple[str, int], request: bytes) -> bytes:
+    """One step on a fresh connection; the reply without the sentinel's."""
+    with socket.create_connection(address, timeout=STEP_TIMEOUT_S) as sock:
+        reply, closed = exchange(sock, request, sentinel=True)
+    assert not closed and reply.endswith(SENTINEL_REPLY), reply[-200:]
+    return reply[: -len(SENTINEL_REPLY)]
+
+
+def test_stats_slabs_and_items_are_larders_own(module_larder):
+    address = module_larder.address
+    assert ask(address, b"set stats_items_probe 0 0 1\r\nx\r\n") == b"STORED\r\n"
+    # No slab classes.
+    assert ask(address, b"stats slabs\r\n") == b"END\r\n"
+    # One class, three fields.
+    lines = ask(address, b"stats items\r\n").split(b"\r\n")
+    assert lines[-2:] == [b"END", b""], lines
+    stats = dict(line.split(b" ")[1:3] for line in lines[:-2])
+    assert set(stats) == {b"items:1:number", b"items:1:evicted", b"items:1:reclaimed"}, lines
+    assert int(stats[b"items:1:number"]) >= 1 and stats[b"items:1:evicted"] == b"0", lines
+
+
+def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_memcached, module_larder):
+    request = big_set("exactly_one_mib", MB) + b"get exactly_one_mib\r\n"
+    # memcached's limit counts its item header and the key too.
+    refused = ask(module_memcached.address, request)
+    assert refused == b"SERVER_ERROR object too large for cache\r\nEND\r\n", refused[:200]
+    # Larder's counts the value alone.
+    stored = ask(module_larder.address, request)
+    value = b"v" * MB
+    assert stored == b"STORED\r\nVALUE exactly_one_mib 0 %d\r\n" % MB + value + b"\r\nEND\r\n", stored[:200]
+
+
+def test_a_binary_protocol_request_gets_no_reply_and_a_close_past_the_line_limit(module_larder):
+    # A binary `get` (magic 0x80, opcode 0x00) of key "hello": 24-byte header, no newline.
+    request = bytes([0x80, 0x00, 0x00, 0x05]) + bytes(4) + (5).to_bytes(4, "big") + bytes(12) + b"hello"
+    with socket.create_connection(module_larder.address, timeout=STEP_TIMEOUT_S) as sock:
+        sock.sendall(request)
+        sock.settimeout(0.5)
+        with pytest.raises(socket.timeout):
+            sock.recv(1)  # no reply: Larder waits for the end of a command line
+        sock.sendall(bytes(2048))  # still no newline: past the 2048-byte line limit
+        sock.settimeout(5)
+        try:
+            rest = sock.recv(1 << 16)
+        except ConnectionResetError:
+            rest = b""
+        assert rest == b"", rest[:200]  # closed, without a reply
+
+
 def main(argv: Sequence[str]) -> int:
     """Print a server's raw replies for every case: `test_wire_compat.py PORT [CASE...]`."""
     port = int(argv[1])
