@@ -1266,11 +1266,7 @@ func runWrite(addr string, n int, seed int64) int {
 	close(next)
 	wg.Wait()
 	if nfailed > 0 {
-		for _, f := range failed {
-			fmt.Fprintf(os.Stderr, "FAIL write %s\n", f)
-		}
-		fmt.Fprintf(os.Stderr, "FAIL write: %d of %d stores failed\n", nfailed, n)
-		return 1
+		return failWith("write", failed, fmt.Sprintf("%d of %d stores failed", nfailed, n))
 	}
 	fmt.Printf("ok  wrote %d keys\n", n)
 	return 0
@@ -1319,12 +1315,19 @@ func runVerify(addr string, n int, seed int64) int {
 		}
 	}
 	if bad > 0 {
-		for _, p := range problems {
-			fmt.Fprintf(os.Stderr, "FAIL verify %s\n", p)
-		}
-		fmt.Fprintf(os.Stderr, "FAIL verify: %d of %d keys missing or wrong\n", bad, n)
-		return 1
+		return failWith("verify", problems, fmt.Sprintf("%d of %d keys missing or wrong", bad, n))
 	}
 	fmt.Printf("ok  verified %d keys\n", n)
 	return 0
+}
+
+// failWith reports a failed write or verify on stderr: a "FAIL <mode>" line
+// for each of the first problems, then one with the summary. Returns the
+// exit code, 1.
+func failWith(mode string, shown []string, summary string) int {
+	for _, s := range shown {
+		fmt.Fprintf(os.Stderr, "FAIL %s %s\n", mode, s)
+	}
+	fmt.Fprintf(os.Stderr, "FAIL %s: %s\n", mode, summary)
+	return 1
 }

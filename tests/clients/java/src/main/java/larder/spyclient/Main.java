@@ -117,12 +117,11 @@ public final class Main {
   }
 
   private static int parseInt(String s, String what) {
-    try {
-      return Integer.parseInt(s);
-    } catch (NumberFormatException e) {
-      usage(what + " must be an integer, got " + s);
-      return 0;
+    long value = parseLong(s, what);
+    if (value != (int) value) {
+      usage(what + " must be an integer of 32 bits, got " + s);
     }
+    return (int) value;
   }
 
   private static long parseLong(String s, String what) {
