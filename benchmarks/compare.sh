@@ -34,19 +34,26 @@
 #   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  server data dirs and logs;
 #                         put it on the disk you want fsync measured on
 #   INSTALL [1]           0: never apt-get; fail if a server is missing
-#   SETTLE_SECONDS_MAX [30]  after each preload, wait until the machine is
-#                         quiet (busy CPU under a tenth of one CPU for a
-#                         second), at most this long; 0: do not wait
+#   SETTLE_SECONDS_MAX [30]  before each measured run, wait until the
+#                         machine is quiet (busy CPU under a tenth of one CPU
+#                         for a second), at most this long; 0: do not wait
 #
 # Every server listens on 127.0.0.1 on a free port, gets its own empty data
-# directory, is preloaded with every key, and is stopped by its PID (a trap
-# stops whatever is still running on exit). Rounds are interleaved: round 1
-# of every server, then round 2, ... so slow drift of the machine spreads
-# over all servers instead of landing on one; even rounds take the servers
-# in reverse order, so the last minutes of a round (or of the run) do not
-# always fall to the same server. Each round starts each server afresh.
-# Next to each run goes the share of the machine's CPU the host stole
-# during it (raw/<server>/<cell>-runN.steal), which the report lists.
+# directory, and is started and preloaded with every key once, at the
+# start; all of them run together until the end, when each is stopped by
+# its PID (a trap stops whatever is still running on exit). The cells are
+# measured one after another, and each cell's runs are interleaved: run 1
+# against every server, then run 2, ..., even runs taking the servers in
+# reverse order. So one cell's figures for all servers are taken within a
+# minute or so of each other, and a drift of the machine over the run
+# lands on every server's figures for a cell alike instead of on one
+# server. Before each run the script waits for the machine to be quiet, so
+# work left running by the last run or by another server (Redis rewriting
+# its append-only file, Larder compacting, the kernel writing back dirty
+# pages) does not land on the next server's run; each wait goes next to
+# the run (raw/<server>/<cell>-runN.settle), and so does the share of the
+# machine's CPU the host stole during the run (<cell>-runN.steal); the
+# report lists both.
 
 set -euo pipefail
 
@@ -133,15 +140,15 @@ CURRENT_PORT=""
 on_exit_stop stop_all_servers
 
 start_server() {
-    local name="$1" round="$2" port dir logf pid
+    local name="$1" port dir logf pid
     port="$(free_port)"
-    dir="$WORK_DIR/$name-round$round"
+    dir="$WORK_DIR/$name"
     mkdir -p "$dir"
-    logf="$WORK_DIR/$name-round$round.log"
+    logf="$WORK_DIR/$name.log"
     local cmd=()
     server_command cmd "$name" "$port" "$dir" "$LARDER"
     cmd=("${SERVER_PIN[@]}" "${cmd[@]}")
-    record "start $name round $round" "${cmd[@]}"
+    record "start $name" "${cmd[@]}"
     "${cmd[@]}" >"$logf" 2>&1 &
     pid=$!
     SERVER_PID[$name]=$pid
@@ -204,51 +211,59 @@ nservers=$(wc -w <<<"$SERVERS")
 log "$nservers servers x $cells cells x $RUNS runs of $DURATION (+$WARMUP warm-up) each; results in $RESULTS_DIR"
 
 start_time=$SECONDS
-for ((round = 1; round <= RUNS; round++)); do
-    read -ra order <<<"$SERVERS"
-    if ((round % 2 == 0)); then
-        read -ra order <<<"$(printf '%s\n' "${order[@]}" | tac | tr '\n' ' ')"
+declare -A PORT_OF=()   # name -> port of every server started and preloaded
+for server in $SERVERS; do
+    proto="$(protocol_of "$server")"
+    start_server "$server"
+    mkdir -p "$RAW/$server"
+    log "$server on 127.0.0.1:$CURRENT_PORT (pid ${SERVER_PID[$server]}): preloading $KEYS keys"
+    if ! bench NO_PIN "$RAW/$server/preload.json" "$CURRENT_PORT" "$proto" \
+        --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed 1; then
+        log "preload of $server failed; leaving it out of the run"
+        stop_server "$server"
+        continue
     fi
-    for server in "${order[@]}"; do
-        proto="$(protocol_of "$server")"
-        start_server "$server" "$round"
-        port="$CURRENT_PORT"
-        mkdir -p "$RAW/$server"
-        log "round $round/$RUNS: $server on 127.0.0.1:$port (pid ${SERVER_PID[$server]}): preloading $KEYS keys"
-        if ! bench NO_PIN "$RAW/$server/preload-round$round.json" "$port" "$proto" \
-            --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$round"; then
-            log "preload of $server failed; skipping it this round"
-            stop_server "$server"
-            continue
-        fi
-        settled="$(settle "$SETTLE_SECONDS_MAX")"
-        echo "$settled" >"$RAW/$server/settle-round$round.txt"
-        log "  $server round $round: after the preload, waited ${settled/ / s, machine }"
-        for workload in $WORKLOADS; do
-            ratio="$(ratio_of "$workload")"
-            for conns in $CONNS; do
-                read -r threads per_thread <<<"$(split_conns "$conns")"
-                for pipeline in $PIPELINES; do
+    PORT_OF[$server]="$CURRENT_PORT"
+done
+[[ ${#PORT_OF[@]} -gt 0 ]] || die "no server could be preloaded"
+read -ra measured <<<"$(for s in $SERVERS; do [[ -n "${PORT_OF[$s]:-}" ]] && printf '%s ' "$s"; done)"
+reversed=()
+for ((i = ${#measured[@]} - 1; i >= 0; i--)); do reversed+=("${measured[i]}"); done
+
+for workload in $WORKLOADS; do
+    ratio="$(ratio_of "$workload")"
+    for conns in $CONNS; do
+        read -r threads per_thread <<<"$(split_conns "$conns")"
+        for pipeline in $PIPELINES; do
+            for ((round = 1; round <= RUNS; round++)); do
+                order=("${measured[@]}")
+                ((round % 2 == 0)) && order=("${reversed[@]}")
+                for server in "${order[@]}"; do
                     out="$RAW/$server/$workload-c$conns-p$pipeline-run$round.json"
-                    if ! bench CLIENT_PIN "$out" "$port" "$proto" -t "$threads" -c "$per_thread" \
-                        -P "$pipeline" --ratio "$ratio" -d "$DURATION" --warmup "$WARMUP" \
-                        --seed "$round"; then
+                    # What the last run (or the preloads) left running, the
+                    # measured server's or another's, ends before this one.
+                    settle "$SETTLE_SECONDS_MAX" >"${out%.json}.settle"
+                    if ! bench CLIENT_PIN "$out" "${PORT_OF[$server]}" "$(protocol_of "$server")" \
+                        -t "$threads" -c "$per_thread" -P "$pipeline" --ratio "$ratio" \
+                        -d "$DURATION" --warmup "$WARMUP" --seed "$round"; then
                         continue
                     fi
-                    log "  $server $workload c=$conns P=$pipeline run $round: $("$PYTHON" "$SCRIPT_DIR/report.py" --line "$out")"
+                    log "  $workload c=$conns P=$pipeline run $round $server: $("$PYTHON" "$SCRIPT_DIR/report.py" --line "$out")"
                 done
             done
         done
-        if [[ "$proto" == memcached ]]; then
-            # Server counters after the round (Larder's include fsyncs and
-            # group commits), for explaining the figures.
-            server_stats "$port" >"$RAW/$server/stats-round$round.txt" || true
-        fi
-        du -sk "$WORK_DIR/$server-round$round" | awk '{print $1}' >"$RAW/$server/disk-kib-round$round.txt"
-        stop_server "$server"
-        # Data of a finished round is not needed again; keep the disk tidy.
-        rm -rf -- "${WORK_DIR:?}/$server-round$round"
     done
+done
+
+for server in "${measured[@]}"; do
+    if [[ "$(protocol_of "$server")" == memcached ]]; then
+        # Server counters at the end (Larder's include fsyncs and group
+        # commits), for explaining the figures.
+        server_stats "${PORT_OF[$server]}" >"$RAW/$server/stats.txt" || true
+    fi
+    du -sk "$WORK_DIR/$server" | awk '{print $1}' >"$RAW/$server/disk-kib.txt"
+    stop_server "$server"
+    rm -rf -- "${WORK_DIR:?}/$server"
 done
 log "runs took $(( (SECONDS - start_time) / 60 )) min $(( (SECONDS - start_time) % 60 )) s"
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import host_steal_percent, read_machine, settings_of  # noqa: E402  (shared formats)
+from report import host_steal_percent, read_machine, settings_of, settle_of  # noqa: E402  (shared formats)
 
 
 def load_run(path: Path) -> dict:
@@ -41,14 +41,8 @@ def load_run(path: Path) -> dict:
         "server_cpu_s": cpu["server_cpu_s"],
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
         "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
-        "wait_after_preload": settle_record(path.with_suffix(".settle")),
+        "wait_after_preload": settle_of(path.with_suffix(".settle")),
     }
-
-
-def settle_record(path: Path) -> str | None:
-    """What pairs.sh's wait after the preload said ("2 quiet", "30 busy"),
-    or None where it did not wait."""
-    return path.read_text().strip() if path.exists() else None
 
 
 def line(path: Path) -> str:

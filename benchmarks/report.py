@@ -89,6 +89,7 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
                 report = json.load(f)
             report["host_steal_percent"] = host_steal_percent(path.with_suffix(".steal"))
             report["round"] = int(run)
+            report["settle"] = settle_of(path.with_suffix(".settle"))
             cells.setdefault(key, {}).setdefault(server, []).append(report)
     return cells, failures
 
@@ -115,6 +116,40 @@ def round_drift(runs: dict) -> dict:
             by_round.append(statistics.median(ratios) if ratios else None)
         drift[server] = {"cells": len(by_cell), "by_round": by_round}
     return drift
+
+
+def settle_of(path: Path) -> str | None:
+    """What compare.sh (before a run) or pairs.sh (after a preload) waited
+    for the machine to be quiet, "SECONDS quiet" or "SECONDS busy" (see
+    `settle` in lib.sh), or None where it was not recorded."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def settle_summary(runs: dict) -> dict:
+    """Per server, over all its runs: how many runs recorded their wait
+    for a quiet machine, the median and longest wait in seconds, and the
+    runs that began on a still busy machine (cell id and round)."""
+    summary: dict = {}
+    for key, by_server in runs.items():
+        for server, reports in by_server.items():
+            for r in reports:
+                if r["settle"] is None:
+                    continue
+                seconds, _, state = r["settle"].partition(" ")
+                s = summary.setdefault(server, {"runs": 0, "seconds": [], "busy": []})
+                s["runs"] += 1
+                s["seconds"].append(int(seconds))
+                if state == "busy":
+                    s["busy"].append(f"{cell_id(*key)} run {r['round']}")
+    for s in summary.values():
+        seconds = s.pop("seconds")
+        s["median_seconds"] = statistics.median(seconds)
+        s["max_seconds"] = max(seconds)
+        s["busy"].sort()
+    return summary
 
 
 def host_steal_percent(path: Path) -> float | None:
@@ -388,14 +423,11 @@ def main() -> int:
             )
 
     disk = {}
-    waits = {}
     for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
-        sizes = [int(p.read_text().strip()) for p in sorted(server_dir.glob("disk-kib-round*.txt"))]
-        if sizes:
-            disk[server_dir.name] = sizes
-        settled = [p.read_text().strip() for p in sorted(server_dir.glob("settle-round*.txt"))]
-        if settled:
-            waits[server_dir.name] = settled
+        size = server_dir / "disk-kib.txt"
+        if size.exists():
+            disk[server_dir.name] = int(size.read_text().strip())
+    waits = settle_summary(runs)
 
     drift = round_drift(runs)
     checks = target_checks(cells)
@@ -415,8 +447,8 @@ def main() -> int:
             }
             for key in ordered_keys
         ],
-        "data_dir_kib_after_round": disk,
-        "wait_after_preload": waits,
+        "data_dir_kib_at_end": disk,
+        "wait_before_runs": waits,
         "round_drift": drift,
         "targets": checks,
     }
@@ -488,19 +520,19 @@ def main() -> int:
             md.append(f"![{cell_title(*key)}](charts/{cell_id(*key)}.svg)")
             md.append("")
     if disk:
-        md += ["## Data directory size after each round (KiB)", "", "| server | per round |", "|---|---|"]
+        md += ["## Data directory size at the end of the run (KiB)", "", "| server | KiB |", "|---|---:|"]
         for server in order_servers(disk):
-            md.append(f"| {server} | {', '.join(f'{v:,}' for v in disk[server])} |")
+            md.append(f"| {server} | {disk[server]:,} |")
         md.append("")
     if waits:
-        md += ["## Wait after each preload, per round", "",
-               "Seconds waited for the machine to be quiet (see `settle` in lib.sh).", "",
-               "| server | per round |", "|---|---|"]
+        md += ["## Waits for a quiet machine before each run", "",
+               "Seconds waited before each measured run until the machine was quiet, whatever server "
+               "was busy (see `settle` in lib.sh).", "",
+               "| server | runs | median s | longest s | began on a busy machine |", "|---|---:|---:|---:|---|"]
         for server in order_servers(waits):
-            md.append(f"| {server} | {', '.join(waits[server])} |")
-        busy = [server for server, rounds in waits.items() if any(w.endswith(" busy") for w in rounds)]
-        if busy:
-            md += ["", f"**Still busy when measuring began** (its runs started on a busy machine): {', '.join(busy)}."]
+            w = waits[server]
+            md.append(f"| {server} | {w['runs']} | {w['median_seconds']:g} | {w['max_seconds']} | "
+                      f"{', '.join(w['busy']) or 'none'} |")
         md.append("")
     if drift:
         rounds = max(len(d["by_round"]) for d in drift.values())

@@ -83,49 +83,69 @@ def test_compare_script_measures_every_cell(tmp_path):
             assert 0 <= stolen["max"] <= 100, where
         assert cell["servers"]["memcached"]["ratio_to_memcached"] == 1.0
     for server in ("memcached", "larder-everysec", "larder-always"):
-        settled = (results / "raw" / server / "settle-round1.txt").read_text().split()
-        assert len(settled) == 2 and 1 <= int(settled[0]) <= 3, (server, settled)
-        assert settled[1] == "quiet" or settled == ["3", "busy"], (server, settled)
-        assert report["wait_after_preload"][server] == [" ".join(settled)], server
+        busy = []
+        for cell_id in wanted:
+            settled = (results / "raw" / server / f"{cell_id}-run1.settle").read_text().split()
+            assert len(settled) == 2 and 1 <= int(settled[0]) <= 3, (server, cell_id, settled)
+            assert settled[1] == "quiet" or settled == ["3", "busy"], (server, cell_id, settled)
+            if settled[1] == "busy":
+                busy.append(f"{cell_id} run 1")
+        waits = report["wait_before_runs"][server]
+        assert waits["runs"] == len(wanted) and waits["busy"] == sorted(busy), (server, waits)
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
     assert list((results / "charts").glob("*.svg")), "no charts written"
     commands = (results / "raw" / "commands.txt").read_text().splitlines()
-    [start] = [c for c in commands if c.startswith("start larder-always round 1: ")]
+    [start] = [c for c in commands if c.startswith("start larder-always: ")]
     assert " serve -l 127.0.0.1 " in start and start.endswith(" --durability always"), start
     [run] = [c for c in commands if c.startswith("larder-always/set-c4-p4-run1.json: ")]
     assert " bench -s 127.0.0.1:" in run and " -P 4 --ratio 0:1 " in run, run
     assert not any("taskset" in c for c in commands), "pinned without being asked"
 
 
-def test_compare_script_reverses_the_order_of_even_rounds_and_reports_drift(tmp_path):
+def test_compare_script_interleaves_each_cells_runs_reversing_even_ones_and_reports_drift(tmp_path):
     results = run_compare(
         tmp_path,
         RUNS="2",
         SETTLE_SECONDS_MAX="1",
         SERVERS="memcached larder-none",
-        WORKLOADS="get",
+        WORKLOADS="get set",
         CONNS="2",
         PIPELINES="1",
     )
 
     commands = (results / "raw" / "commands.txt").read_text().splitlines()
-    starts = [c.split(":")[0] for c in commands if c.startswith("start ")]
-    assert starts == [
-        "start memcached round 1",
-        "start larder-none round 1",
-        "start larder-none round 2",
-        "start memcached round 2",
-    ], starts
+    steps = [c.split(":")[0] for c in commands]
+    # Every server started and preloaded once, before any measured run;
+    # then each cell's runs, the second in reverse order.
+    assert steps == [
+        "start memcached",
+        "memcached/preload.json",
+        "start larder-none",
+        "larder-none/preload.json",
+        "memcached/get-c2-p1-run1.json",
+        "larder-none/get-c2-p1-run1.json",
+        "larder-none/get-c2-p1-run2.json",
+        "memcached/get-c2-p1-run2.json",
+        "memcached/set-c2-p1-run1.json",
+        "larder-none/set-c2-p1-run1.json",
+        "larder-none/set-c2-p1-run2.json",
+        "memcached/set-c2-p1-run2.json",
+    ], steps
     report = json.loads((results / "results.json").read_text())
     for server in ("memcached", "larder-none"):
         drift = report["round_drift"][server]
-        assert drift["cells"] == 1, (server, drift)
-        first, second = (
-            json.loads((results / "raw" / server / f"get-c2-p1-run{n}.json").read_text())["ops_per_second"]
-            for n in (1, 2)
-        )
-        assert drift["by_round"] == [1.0, second / first], (server, drift)
+        assert drift["cells"] == 2, (server, drift)
+        ratios = []
+        for cell_id in ("get-c2-p1", "set-c2-p1"):
+            first, second = (
+                json.loads((results / "raw" / server / f"{cell_id}-run{n}.json").read_text())["ops_per_second"]
+                for n in (1, 2)
+            )
+            ratios.append(second / first)
+        assert drift["by_round"] == [1.0, statistics.median(ratios)], (server, drift)
+        # Each data directory is measured once, at the end of the run.
+        assert report["data_dir_kib_at_end"][server] > 0, server
     assert "## Each round against the first" in (results / "results.md").read_text()
 
 
@@ -143,12 +163,12 @@ def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
 
     commands = (results / "raw" / "commands.txt").read_text().splitlines()
     for server in ("memcached", "larder-none"):
-        [start] = [c for c in commands if c.startswith(f"start {server} round 1: ")]
-        assert start.startswith(f"start {server} round 1: taskset -c {server_cpus} "), start
+        [start] = [c for c in commands if c.startswith(f"start {server}: ")]
+        assert start.startswith(f"start {server}: taskset -c {server_cpus} "), start
         [run] = [c for c in commands if c.startswith(f"{server}/get-c1-p1-run1.json: ")]
         assert run.startswith(f"{server}/get-c1-p1-run1.json: taskset -c {client_cpus} "), run
         # The preload is not measured and may use every CPU.
-        [preload] = [c for c in commands if c.startswith(f"{server}/preload-round1.json: ")]
+        [preload] = [c for c in commands if c.startswith(f"{server}/preload.json: ")]
         assert "taskset" not in preload, preload
         figures = json.loads((results / "results.json").read_text())["cells"][0]["servers"][server]
         assert figures["ops_per_second"]["median"] > 0, server
