@@ -45,15 +45,16 @@
 # measured one after another, and each cell's runs are interleaved: run 1
 # against every server, then run 2, ..., even runs taking the servers in
 # reverse order. So one cell's figures for all servers are taken within a
-# minute or so of each other, and a drift of the machine over the run
+# couple of minutes of each other, and a drift of the machine over the run
 # lands on every server's figures for a cell alike instead of on one
 # server. Before each run the script waits for the machine to be quiet, so
 # work left running by the last run or by another server (Redis rewriting
-# its append-only file, Larder compacting, the kernel writing back dirty
-# pages) does not land on the next server's run; each wait goes next to
-# the run (raw/<server>/<cell>-runN.settle), and so does the share of the
+# its append-only file, Larder compacting) does not land on the next
+# server's run; each wait goes next to the run
+# (raw/<server>/<cell>-runN.settle), and so does the share of the
 # machine's CPU the host stole during the run (<cell>-runN.steal); the
-# report lists both.
+# report lists both. A server whose preload fails is left out of the run,
+# and the report says so.
 
 set -euo pipefail
 
@@ -143,6 +144,8 @@ start_server() {
     local name="$1" port dir logf pid
     port="$(free_port)"
     dir="$WORK_DIR/$name"
+    # A given WORK_DIR may hold an aborted run's data: never start on it.
+    [[ ! -e "$dir" ]] || die "$dir already exists (left by an earlier run?); remove it or use another WORK_DIR"
     mkdir -p "$dir"
     logf="$WORK_DIR/$name.log"
     local cmd=()
@@ -219,7 +222,7 @@ for server in $SERVERS; do
     log "$server on 127.0.0.1:$CURRENT_PORT (pid ${SERVER_PID[$server]}): preloading $KEYS keys"
     if ! bench NO_PIN "$RAW/$server/preload.json" "$CURRENT_PORT" "$proto" \
         --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed 1; then
-        log "preload of $server failed; leaving it out of the run"
+        log "preload of $server failed; leaving it out of the run (results.md lists it)"
         stop_server "$server"
         continue
     fi

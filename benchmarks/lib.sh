@@ -260,15 +260,16 @@ write_steal() {
     printf '{"host_steal_percent": %s}\n' "$(steal_percent "$before" "$after")" >"$file"
 }
 
-# settle SECONDS_MAX: after a preload, waits until the machine has been
-# quiet for one whole second (busy CPU time, all of it but idle, iowait and
-# steal, under a tenth of one CPU) or SECONDS_MAX seconds have passed, and
-# prints "SECONDS quiet" or "SECONDS busy". A bulk load can leave work
-# running after it: memcached grows its hash table in a background thread,
-# Redis may rewrite its append-only file in a child process. Measured runs
-# start after what is running then, whichever server it belongs to; work
-# that starts later (the kernel's writeback of dirty pages after half a
-# minute, say) is not waited for. SECONDS_MAX 0: no wait ("0 skipped");
+# settle SECONDS_MAX: before a measured run (after a preload, or after the
+# last run), waits until the machine has been quiet for one whole second
+# (busy CPU time, all of it but idle, iowait and steal, under a tenth of
+# one CPU) or SECONDS_MAX seconds have passed, and prints "SECONDS quiet"
+# or "SECONDS busy". A bulk load or a run can leave work running after it:
+# memcached grows its hash table in a background thread, Redis may rewrite
+# its append-only file in a child process, Larder compacts. The run starts
+# after what is running then, whichever server it belongs to; work that
+# starts later (the kernel's writeback of dirty pages after half a minute,
+# say) is not waited for. SECONDS_MAX 0: no wait ("0 skipped");
 # where /proc/stat is missing, "0 unknown".
 settle() {
     local seconds_max="$1" tenth waited=0 before after

@@ -143,12 +143,12 @@ def settle_summary(runs: dict) -> dict:
                 s["runs"] += 1
                 s["seconds"].append(int(seconds))
                 if state == "busy":
-                    s["busy"].append(f"{cell_id(*key)} run {r['round']}")
+                    s["busy"].append((cell_sort(key), r["round"], f"{cell_id(*key)} run {r['round']}"))
     for s in summary.values():
         seconds = s.pop("seconds")
         s["median_seconds"] = statistics.median(seconds)
         s["max_seconds"] = max(seconds)
-        s["busy"].sort()
+        s["busy"] = [name for *_, name in sorted(s["busy"])]
     return summary
 
 
@@ -423,10 +423,16 @@ def main() -> int:
             )
 
     disk = {}
+    left_out = {}
     for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
         size = server_dir / "disk-kib.txt"
         if size.exists():
             disk[server_dir.name] = int(size.read_text().strip())
+        failed = server_dir / "preload.json.failed"
+        if failed.exists():
+            # compare.sh leaves a server whose preload failed out of the run.
+            lines = failed.read_text(errors="replace").strip().splitlines()
+            left_out[server_dir.name] = lines[-1] if lines else "no message"
     waits = settle_summary(runs)
 
     drift = round_drift(runs)
@@ -448,6 +454,7 @@ def main() -> int:
             for key in ordered_keys
         ],
         "data_dir_kib_at_end": disk,
+        "preload_failed": left_out,
         "wait_before_runs": waits,
         "round_drift": drift,
         "targets": checks,
@@ -519,6 +526,11 @@ def main() -> int:
         if cell:
             md.append(f"![{cell_title(*key)}](charts/{cell_id(*key)}.svg)")
             md.append("")
+    if left_out:
+        md += ["## Left out of the run: the preload failed", "", "| server | its last error line |", "|---|---|"]
+        for server in order_servers(left_out):
+            md.append(f"| {server} | {left_out[server]} |")
+        md.append("")
     if disk:
         md += ["## Data directory size at the end of the run (KiB)", "", "| server | KiB |", "|---|---:|"]
         for server in order_servers(disk):
@@ -536,10 +548,10 @@ def main() -> int:
         md.append("")
     if drift:
         rounds = max(len(d["by_round"]) for d in drift.values())
-        md += ["## Each round against the first", "",
-               "Per server, the median over its cells of each round's ops/s divided by the first "
-               "round's. When every server falls together, the machine slowed during the run.", "",
-               "| server | cells | " + " | ".join(f"round {k}" for k in range(2, rounds + 1)) + " |",
+        md += ["## Each run against the first", "",
+               "Per server, the median over its cells of each run's ops/s divided by the first "
+               "run's. When every server falls together, the machine slowed during the run.", "",
+               "| server | cells | " + " | ".join(f"run {k}" for k in range(2, rounds + 1)) + " |",
                "|---|---:|" + "---:|" * (rounds - 1)]
         for server in order_servers(drift):
             d = drift[server]

@@ -39,8 +39,8 @@ def run_compare(tmp_path, **settings) -> Path:
         WARMUP="200ms",
         KEYS="2000",
         INSTALL="0",
-        # Waits at least a second after each preload, longer only while the
-        # machine is busy; bounded so that a busy test machine stays quick.
+        # Waits at least a second before each measured run, longer only while
+        # the machine is busy; bounded so that a busy test machine stays quick.
         SETTLE_SECONDS_MAX="3",
         SERVER_CPUS="",
         CLIENT_CPUS="",
@@ -144,9 +144,35 @@ def test_compare_script_interleaves_each_cells_runs_reversing_even_ones_and_repo
             )
             ratios.append(second / first)
         assert drift["by_round"] == [1.0, statistics.median(ratios)], (server, drift)
-        # Each data directory is measured once, at the end of the run.
-        assert report["data_dir_kib_at_end"][server] > 0, server
-    assert "## Each round against the first" in (results / "results.md").read_text()
+    assert "## Each run against the first" in (results / "results.md").read_text()
+    # Each data directory is measured once, at the end of the run; Larder's
+    # holds its log, memcached's nothing.
+    assert set(report["data_dir_kib_at_end"]) == {"memcached", "larder-none"}, report["data_dir_kib_at_end"]
+    assert report["data_dir_kib_at_end"]["larder-none"] > 0, report["data_dir_kib_at_end"]
+
+
+def test_compare_script_leaves_out_a_server_whose_preload_fails_and_says_so(tmp_path):
+    # memcached refuses a value of exactly 1 MiB (its item header counts
+    # against the limit); Larder stores it.
+    results = run_compare(
+        tmp_path,
+        SERVERS="memcached larder-none",
+        KEYS="20",
+        VALUE_SIZE="1048576",
+        WORKLOADS="get",
+        CONNS="1",
+        PIPELINES="1",
+    )
+
+    commands = (results / "raw" / "commands.txt").read_text().splitlines()
+    assert not any(c.startswith("memcached/get-") for c in commands), commands
+    report = json.loads((results / "results.json").read_text())
+    assert set(report["preload_failed"]) == {"memcached"}, report["preload_failed"]
+    assert "preload failed" in report["preload_failed"]["memcached"], report["preload_failed"]
+    [cell] = report["cells"]
+    assert set(cell["servers"]) == {"larder-none"}, cell
+    assert cell["servers"]["larder-none"]["ops_per_second"]["median"] > 0, cell
+    assert "## Left out of the run: the preload failed" in (results / "results.md").read_text()
 
 
 def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
