@@ -94,6 +94,7 @@ for c in $CONNS; do [[ "$c" =~ ^[1-9][0-9]*$ ]] || die "bad connection count '$c
 for p in $PIPELINES; do [[ "$p" =~ ^[1-9][0-9]*$ ]] || die "bad pipeline depth '$p'"; done
 for w in $WORKLOADS; do ratio_of "$w" >/dev/null; done
 for s in $SERVERS; do known_server "$s"; done
+[[ -z "$(tr ' ' '\n' <<<"$SERVERS" | sed '/^$/d' | sort | uniq -d)" ]] || die "SERVERS names a server twice: '$SERVERS'"
 
 SERVER_PIN=() CLIENT_PIN=() NO_PIN=()   # taskset prefixes, empty when not pinned
 cpu_pin SERVER_PIN "$SERVER_CPUS"
@@ -121,6 +122,12 @@ for c in $CONNS; do (( c > max_conns )) && max_conns=$c; done
 want_descriptors $(( max_conns * 2 + 256 ))
 
 # ------------------------------------------------------------- directories
+use_work_dir compare
+# A given WORK_DIR may hold an aborted run's data: never start on it.
+for s in $SERVERS; do
+    [[ ! -e "$WORK_DIR/$s" ]] || die "$WORK_DIR/$s already exists (left by an earlier run?); remove it or use another WORK_DIR"
+done
+
 DATE="$(date +%Y-%m-%d)"
 if [[ -z "${RESULTS_DIR:-}" ]]; then
     COPY_LATEST="${COPY_LATEST:-1}"
@@ -132,8 +139,6 @@ RAW="$RESULTS_DIR/raw"
 COMMANDS="$RAW/commands.txt"   # every server and larder bench command, in order
 : >"$COMMANDS"
 
-use_work_dir compare
-
 # ------------------------------------------------------- server lifecycle
 declare -A SERVER_PID=()   # name -> pid of the running server
 CURRENT_PORT=""
@@ -144,8 +149,6 @@ start_server() {
     local name="$1" port dir logf pid
     port="$(free_port)"
     dir="$WORK_DIR/$name"
-    # A given WORK_DIR may hold an aborted run's data: never start on it.
-    [[ ! -e "$dir" ]] || die "$dir already exists (left by an earlier run?); remove it or use another WORK_DIR"
     mkdir -p "$dir"
     logf="$WORK_DIR/$name.log"
     local cmd=()
@@ -224,6 +227,7 @@ for server in $SERVERS; do
         --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed 1; then
         log "preload of $server failed; leaving it out of the run (results.md lists it)"
         stop_server "$server"
+        rm -rf -- "${WORK_DIR:?}/$server"
         continue
     fi
     PORT_OF[$server]="$CURRENT_PORT"
@@ -244,7 +248,8 @@ for workload in $WORKLOADS; do
                 for server in "${order[@]}"; do
                     out="$RAW/$server/$workload-c$conns-p$pipeline-run$round.json"
                     # What the last run (or the preloads) left running, the
-                    # measured server's or another's, ends before this one.
+                    # measured server's or another's, ends before this one
+                    # starts, unless it outlasts SETTLE_SECONDS_MAX.
                     settle "$SETTLE_SECONDS_MAX" >"${out%.json}.settle"
                     if ! bench CLIENT_PIN "$out" "${PORT_OF[$server]}" "$(protocol_of "$server")" \
                         -t "$threads" -c "$per_thread" -P "$pipeline" --ratio "$ratio" \

@@ -131,7 +131,7 @@ def settle_of(path: Path) -> str | None:
 def settle_summary(runs: dict) -> dict:
     """Per server, over all its runs: how many runs recorded their wait
     for a quiet machine, the median and longest wait in seconds, and the
-    runs that began on a still busy machine (cell id and round)."""
+    runs that began on a still busy machine (cell id and run)."""
     summary: dict = {}
     for key, by_server in runs.items():
         for server, reports in by_server.items():
@@ -529,7 +529,7 @@ def main() -> int:
     if left_out:
         md += ["## Left out of the run: the preload failed", "", "| server | its last error line |", "|---|---|"]
         for server in order_servers(left_out):
-            md.append(f"| {server} | {left_out[server]} |")
+            md.append(f"| {server} | {left_out[server].replace('|', '&#124;')} |")
         md.append("")
     if disk:
         md += ["## Data directory size at the end of the run (KiB)", "", "| server | KiB |", "|---|---:|"]

@@ -175,6 +175,42 @@ def test_compare_script_leaves_out_a_server_whose_preload_fails_and_says_so(tmp_
     assert "## Left out of the run: the preload failed" in (results / "results.md").read_text()
 
 
+@pytest.mark.parametrize(
+    "servers, leftover, message",
+    [
+        ("memcached larder-none", "larder-none", "already exists (left by an earlier run?)"),
+        ("larder-none memcached larder-none", None, "SERVERS names a server twice"),
+    ],
+)
+def test_compare_script_refuses_a_used_data_directory_and_a_server_named_twice(
+    tmp_path, servers, leftover, message
+):
+    work = tmp_path / "work"
+    work.mkdir()
+    if leftover:
+        (work / leftover).mkdir()
+        (work / leftover / "old-segment").write_bytes(b"from an aborted run")
+    env = {
+        **os.environ,
+        "SERVERS": servers,
+        "INSTALL": "0",
+        "LARDER": LARDER_BIN,
+        "RESULTS_DIR": str(tmp_path / "results"),
+        "WORK_DIR": str(work),
+    }
+    log = tmp_path / "compare.log"
+    status = run_script(REPO_ROOT / "benchmarks" / "compare.sh", env, log, SCRIPT_TIMEOUT_S)
+
+    output = log.read_text()
+    assert status == 1, output
+    assert message in output, output
+    # Refused before anything started or was written.
+    assert " preloading " not in output, output
+    assert not (tmp_path / "results").exists()
+    if leftover:
+        assert (work / leftover / "old-segment").read_bytes() == b"from an aborted run"
+
+
 def test_compare_script_pins_servers_and_measured_runs_when_asked(tmp_path):
     server_cpus, client_cpus = one_cpu_two_ways()
     results = run_compare(
