@@ -218,6 +218,8 @@ log "$nservers servers x $cells cells x $RUNS runs of $DURATION (+$WARMUP warm-u
 
 start_time=$SECONDS
 declare -A PORT_OF=()   # name -> port of every server started and preloaded
+measured=()             # those servers, in the order of SERVERS
+reversed=()             # and in the reverse order, for even runs
 for server in $SERVERS; do
     proto="$(protocol_of "$server")"
     start_server "$server"
@@ -231,11 +233,10 @@ for server in $SERVERS; do
         continue
     fi
     PORT_OF[$server]="$CURRENT_PORT"
+    measured+=("$server")
+    reversed=("$server" "${reversed[@]}")
 done
-[[ ${#PORT_OF[@]} -gt 0 ]] || die "no server could be preloaded"
-read -ra measured <<<"$(for s in $SERVERS; do [[ -n "${PORT_OF[$s]:-}" ]] && printf '%s ' "$s"; done)"
-reversed=()
-for ((i = ${#measured[@]} - 1; i >= 0; i--)); do reversed+=("${measured[i]}"); done
+[[ ${#measured[@]} -gt 0 ]] || die "no server could be preloaded"
 
 for workload in $WORKLOADS; do
     ratio="$(ratio_of "$workload")"
