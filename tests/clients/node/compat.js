@@ -143,6 +143,15 @@ function expectNotStored(what, r) {
   eq(`${what} result`, r.res, false);
 }
 
+// The reply of a per-server command (`stats`, `settings`, `version`) from a
+// client of one server: no error and exactly one server's reply, returned.
+async function oneServerReply(client, method) {
+  const r = await call(client, method);
+  ok(`${method}: no error`, !r.err, r.err);
+  ok(`${method}: one server`, Array.isArray(r.res) && r.res.length === 1, r.res);
+  return r.res[0];
+}
+
 function expectErrorMessage(what, r, message) {
   ok(`${what}: expected error ${JSON.stringify(message)}`, r.err instanceof Error, r.err === undefined ? r.res : r.err);
   eq(`${what} error message`, r.err.message, message);
@@ -250,10 +259,7 @@ async function runChecks() {
   });
 
   check('stats settings', async () => {
-    const r = await call(mc, 'settings');
-    ok('settings: no error', !r.err, r.err);
-    ok('settings: one server', Array.isArray(r.res) && r.res.length === 1, r.res);
-    const s = r.res[0];
+    const s = await oneServerReply(mc, 'settings');
     eq('settings server', s.server, addr);
     eq('settings tcpport', s.tcpport, Number(addr.split(':')[1]));
     // Both servers run with their default item size limit, 1 MiB.
@@ -461,22 +467,14 @@ async function runChecks() {
   });
 
   check('version', async () => {
-    const r = await call(mc, 'version');
-    ok('version: no error', !r.err, r.err);
-    ok('version: one server', Array.isArray(r.res) && r.res.length === 1, r.res);
-    const v = r.res[0];
+    const v = await oneServerReply(mc, 'version');
     eq('version server', v.server, addr);
     ok('version x.y.z', typeof v.version === 'string' && /^\d+\.\d+\.\d+$/.test(v.version), v);
     eq('version parts', [v.major, v.minor, v.bugfix].join('.'), v.version);
   });
 
   check('stats', async () => {
-    const get = async () => {
-      const r = await call(mc, 'stats');
-      ok('stats: no error', !r.err, r.err);
-      ok('stats: one server', Array.isArray(r.res) && r.res.length === 1, r.res);
-      return r.res[0];
-    };
+    const get = () => oneServerReply(mc, 'stats');
     const s0 = await get();
     eq('stats server', s0.server, addr);
     const numeric = ['pid', 'uptime', 'time', 'curr_items', 'total_items', 'curr_connections',
