@@ -15,6 +15,8 @@ use crate::limits::{
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
 use larder_protocol::{parse, MetaKey, ParseError, Parsed, Request};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -36,13 +38,20 @@ enum End {
 /// Serves one connection until it ends. Never panics on client input.
 pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
+    let shutdown_seen = shutdown.clone();
     let mut connection = Connection {
         stream,
         input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
         discard_bytes: 0,
         session: Session::new(Arc::clone(&shared)),
     };
-    let end = connection.run(&mut shutdown).await;
+    // One wait for the shutdown for the connection's whole life, rather
+    // than one registered and dropped again on every read.
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    tokio::pin!(stop);
+    let end = connection.run(&shutdown_seen, stop).await;
     if end == End::TimedOut {
         shared
             .stats
@@ -62,7 +71,13 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>) -> End {
+    /// Serves until the connection ends; `stop` completes when the server
+    /// begins to shut down, which `shutdown` also tells.
+    async fn run(
+        &mut self,
+        shutdown: &watch::Receiver<bool>,
+        mut stop: Pin<&mut impl Future>,
+    ) -> End {
         loop {
             let flow = self.process();
             if let Err(end) = self.flush().await {
@@ -84,7 +99,7 @@ impl Connection {
                     _ => return End::Done,
                 }
             }
-            match self.read(shutdown).await {
+            match self.read(stop.as_mut()).await {
                 Ok(0) => return End::Done,
                 Ok(read) => self.session.counts.bytes_read += read as u64,
                 Err(end) => return end,
@@ -94,15 +109,22 @@ impl Connection {
 
     /// Reads more input; a partial request must make progress within the
     /// timeout. Returns 0 at end of input or shutdown.
-    async fn read(&mut self, shutdown: &mut watch::Receiver<bool>) -> Result<usize, End> {
+    async fn read(&mut self, stop: Pin<&mut impl Future>) -> Result<usize, End> {
         make_room_to_read(&mut self.input);
         let partial = !self.input.is_empty() || self.discard_bytes > 0;
         let patience = self.session.shared.config.partial_request_timeout;
         let read = self.stream.read_buf(&mut self.input);
+        // `select!` builds a disabled branch's future too; in an `async`
+        // block the timer (and its read of the clock) is made only when the
+        // branch is polled, which is only when a request is partial.
+        let timer = async { tokio::time::sleep(patience).await };
+        // In order, the read first: a wake-up for input then looks at
+        // nothing else, and no random order is drawn on every read.
         tokio::select! {
+            biased;
             result = read => result.map_err(|_| End::Done),
-            () = tokio::time::sleep(patience), if partial => Err(End::TimedOut),
-            _ = shutdown.changed() => Ok(0),
+            () = timer, if partial => Err(End::TimedOut),
+            _ = stop => Ok(0),
         }
     }
 
@@ -222,11 +244,22 @@ impl Connection {
         }
         if !self.session.output.is_empty() {
             let written = self.session.output.len() as u64;
-            let write = self.stream.write_all(&self.session.output);
-            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return Err(End::Done),
-                Err(_) => return Err(End::TimedOut),
+            // Replies almost always fit in the socket's buffer at once: the
+            // timeout (and its read of the clock) is armed only for what the
+            // socket does not take.
+            let sent = self.send_now()?;
+            if let Some(rest) = self
+                .session
+                .output
+                .get(sent..)
+                .filter(|rest| !rest.is_empty())
+            {
+                let write = self.stream.write_all(rest);
+                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(End::Done),
+                    Err(_) => return Err(End::TimedOut),
+                }
             }
             self.session.counts.bytes_written += written;
             self.session.output.clear();
@@ -236,6 +269,23 @@ impl Connection {
         }
         self.session.batch_sent();
         Ok(())
+    }
+
+    /// Writes as much of the replies as the socket takes without waiting;
+    /// returns how many bytes it took.
+    fn send_now(&self) -> Result<usize, End> {
+        let output = &self.session.output;
+        let mut sent = 0;
+        while let Some(rest) = output.get(sent..).filter(|rest| !rest.is_empty()) {
+            match self.stream.try_write(rest) {
+                Ok(0) => return Err(End::Done),
+                Ok(taken) => sent += taken,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Done),
+            }
+        }
+        Ok(sent)
     }
 }
 
