@@ -20,7 +20,7 @@ REPO="$(pwd)"
 
 PYMEMCACHE_VERSION=4.0.0
 PYTEST_VERSION=9.2.0
-APT_PACKAGES=(memcached libmemcached-tools python3-venv mariadb-server mariadb-client sysbench time)
+APT_PACKAGES=(memcached libmemcached-tools python3-venv mariadb-server mariadb-client sysbench time valgrind strace)
 
 STARTED=$SECONDS
 section() {
