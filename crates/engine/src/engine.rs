@@ -24,6 +24,30 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// A value as a read finds it.
+enum Found<'a> {
+    /// Held in memory, borrowed under the partition's read lock.
+    InMemory(&'a [u8]),
+    /// Just read from its segment file.
+    FromDisk(Bytes),
+}
+
+impl Found<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Found::InMemory(value) => value,
+            Found::FromDisk(value) => value,
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Found::InMemory(value) => Bytes::copy_from_slice(value),
+            Found::FromDisk(value) => value,
+        }
+    }
+}
+
 /// How many times a read retries when compaction moved the value between
 /// finding the key and reading the file.
 const READ_RETRIES_MAX: usize = 8;
@@ -169,9 +193,47 @@ impl Engine {
         if options.touch.is_some() {
             return self.inner.touch(key, options);
         }
+        let mut take = |mut item: Item, value: Found<'_>| {
+            item.value = value.into_bytes();
+            item
+        };
+        let found = self.read_retrying(key, options, &mut take)?;
+        Ok((found, Ticket::NONE))
+    }
+
+    /// Reads `key` as [`Engine::get_with`] does and hands the item to
+    /// `visit`, with its value as a separate slice (`item.value` is left
+    /// empty): a value held in memory is not copied out first, so a caller
+    /// that only copies it on (into a reply) copies it once. `visit` runs at
+    /// most once; for a value held in memory it runs under the read lock of
+    /// the key's keydir partition, so it must be brief and must not call
+    /// into the engine. `Ok((None, _))` when the key is absent, expired or
+    /// flushed. Errors as [`Engine::get_with`].
+    pub fn get_visit<R>(
+        &self,
+        key: &[u8],
+        options: ReadOptions,
+        mut visit: impl FnMut(&Item, &[u8]) -> R,
+    ) -> Result<(Option<R>, Ticket)> {
+        if options.touch.is_some() {
+            let (item, ticket) = self.inner.touch(key, options)?;
+            return Ok((item.map(|item| visit(&item, &item.value)), ticket));
+        }
+        let mut take = |item: Item, value: Found<'_>| visit(&item, value.as_slice());
+        let found = self.read_retrying(key, options, &mut take)?;
+        Ok((found, Ticket::NONE))
+    }
+
+    /// [`Inner::read_once`] until the value stays where the keydir said.
+    fn read_retrying<R>(
+        &self,
+        key: &[u8],
+        options: ReadOptions,
+        take: &mut impl FnMut(Item, Found<'_>) -> R,
+    ) -> Result<Option<R>> {
         for _ in 0..READ_RETRIES_MAX {
-            if let Some(found) = self.inner.read_once(key, options)? {
-                return Ok((found, Ticket::NONE));
+            if let Some(found) = self.inner.read_once(key, options, take)? {
+                return Ok(found);
             }
         }
         Err(Error::Io {
@@ -333,9 +395,15 @@ impl Inner {
         !is_expired(entry.exptime(), now) && entry.cas() >= self.flush_seq.load(Ordering::Acquire)
     }
 
-    /// One attempt at a read without touch. `Ok(None)` means retry (the
-    /// value moved); `Ok(Some(None))` is a miss.
-    fn read_once(&self, key: &[u8], options: ReadOptions) -> Result<Option<Option<Item>>> {
+    /// One attempt at a read without touch, handing what it found to `take`
+    /// (at most once). `Ok(None)` means retry (the value moved);
+    /// `Ok(Some(None))` is a miss.
+    fn read_once<R>(
+        &self,
+        key: &[u8],
+        options: ReadOptions,
+        take: &mut impl FnMut(Item, Found<'_>) -> R,
+    ) -> Result<Option<Option<R>>> {
         let now = self.now();
         let hash = self.keydir.hash(key);
         let table = self.keydir.partition(hash).read();
@@ -345,10 +413,9 @@ impl Inner {
         if !self.is_live(entry, now) {
             return Ok(Some(None));
         }
-        let mut item = self.describe(entry, now, options);
+        let item = self.describe(entry, now, options);
         if let Some(value) = entry.cached_value() {
-            item.value = Bytes::copy_from_slice(value);
-            return Ok(Some(Some(item)));
+            return Ok(Some(Some(take(item, Found::InMemory(value)))));
         }
         let (segment_id, offset, value_len) =
             (entry.segment_id(), entry.offset(), entry.value_len());
@@ -357,8 +424,7 @@ impl Inner {
             return Ok(None);
         };
         self.maybe_cache(key, hash, item.cas, &value);
-        item.value = value;
-        Ok(Some(Some(item)))
+        Ok(Some(Some(take(item, Found::FromDisk(value)))))
     }
 
     /// The item's metadata (value left empty), updating access bits.

@@ -259,3 +259,65 @@ fn invalidated_items_are_stale_and_offer_one_win() {
     let second = second.unwrap();
     assert!(second.stale && !second.win && second.win_already_sent);
 }
+
+#[test]
+fn a_visiting_read_sees_what_get_returns_from_memory_and_from_the_files() {
+    // A value held in memory since its write; then, after a reopen with no
+    // memory for values, one read from its segment file every time.
+    for from_files in [false, true] {
+        let fs = MemFs::new();
+        let mut config = config(Durability::Always);
+        let mut engine = open(&fs, &config, &Clock::system());
+        let cas = set(&engine, b"k", b"value");
+        if from_files {
+            engine.close().unwrap();
+            config.cache_bytes_max = 0;
+            engine = open(&fs, &config, &Clock::system());
+        }
+        let disk_reads = if from_files { 2 } else { 0 };
+
+        let expected = engine.get(b"k").unwrap().unwrap();
+        let (seen, ticket) = engine
+            .get_visit(b"k", ReadOptions::default(), |item, value| {
+                (item.clone(), value.to_vec())
+            })
+            .unwrap();
+        let (item, bytes) = seen.expect("a hit");
+        assert_eq!(bytes, b"value");
+        assert!(item.value.is_empty(), "the value comes as the slice only");
+        assert_eq!((item.flags, item.exptime, item.cas), (0, 0, cas));
+        assert_eq!(expected.cas, cas);
+        assert_eq!(ticket, larder_engine::Ticket::NONE);
+        assert_eq!(
+            engine.stats().disk_reads,
+            disk_reads,
+            "from files: {from_files}"
+        );
+
+        let mut calls = 0;
+        let (miss, _) = engine
+            .get_visit(b"absent", ReadOptions::default(), |_, _| calls += 1)
+            .unwrap();
+        assert!(miss.is_none());
+        assert_eq!(calls, 0, "a miss visits nothing");
+    }
+}
+
+#[test]
+fn a_visiting_read_with_a_touch_sets_the_expiry_and_sees_the_value() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::Always), &clock);
+    set(&engine, b"k", b"value");
+    let at = clock.now() + 100;
+    let options = ReadOptions {
+        touch: Some(Expiry::At(at)),
+        ..ReadOptions::default()
+    };
+    let (seen, ticket) = engine
+        .get_visit(b"k", options, |item, value| (item.exptime, value.to_vec()))
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    assert_eq!(seen, Some((at, b"value".to_vec())));
+    assert_eq!(engine.get(b"k").unwrap().unwrap().exptime, at);
+}

@@ -30,15 +30,20 @@ impl Session {
                 self.counts.cmd_touch += 1;
             }
             self.counts.cmd_get += 1;
-            match self.engine().get_with(key, options) {
-                Ok((Some(item), ticket)) => {
+            // The value goes straight from where the engine holds it into
+            // the reply.
+            let output = &mut self.output;
+            let found = self.shared.engine.get_visit(key, options, |item, value| {
+                let cas = with_cas.then_some(item.cas);
+                reply::write_value(output, key, item.flags, value, cas);
+            });
+            match found {
+                Ok((Some(()), ticket)) => {
                     self.wrote(ticket);
                     self.counts.get_hits += 1;
                     if touch.is_some() {
                         self.counts.touch_hits += 1;
                     }
-                    let cas = with_cas.then_some(item.cas);
-                    reply::write_value(&mut self.output, key, item.flags, &item.value, cas);
                 }
                 Ok((None, _)) => {
                     self.counts.get_misses += 1;
