@@ -93,7 +93,7 @@ impl Connection {
                 // pipeline of noreply sets), without waiting for more.
                 match self.stream.try_read_buf(&mut self.input) {
                     Ok(read) if read > 0 => {
-                        self.session.counts.bytes_read += read as u64;
+                        self.session.counts.bytes_read.add(read as u64);
                         continue;
                     }
                     _ => return End::Done,
@@ -101,7 +101,7 @@ impl Connection {
             }
             match self.read(stop.as_mut()).await {
                 Ok(0) => return End::Done,
-                Ok(read) => self.session.counts.bytes_read += read as u64,
+                Ok(read) => self.session.counts.bytes_read.add(read as u64),
                 Err(end) => return end,
             }
         }
@@ -261,7 +261,7 @@ impl Connection {
                     Err(_) => return Err(End::TimedOut),
                 }
             }
-            self.session.counts.bytes_written += written;
+            self.session.counts.bytes_written.add(written);
             self.session.output.clear();
             if self.session.output.capacity() > 2 * WRITE_BUFFER_BYTES_SOFT_MAX {
                 self.session.output = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);

@@ -56,8 +56,8 @@ impl Session {
 
     /// mg.
     pub(crate) fn meta_get(&mut self, get: &MetaGet<'_>) {
-        self.counts.cmd_meta += 1;
-        self.counts.cmd_get += 1;
+        self.counts.cmd_meta.add(1);
+        self.counts.cmd_get.add(1);
         let key_bytes = get.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &get.flags;
@@ -82,13 +82,13 @@ impl Session {
             (None, None) => None,
         };
         let Some(item) = item else {
-            self.counts.get_misses += 1;
+            self.counts.get_misses.add(1);
             if !flags.quiet {
                 self.meta_status(MetaStatus::Miss, &get.key, flags, None);
             }
             return;
         };
-        self.counts.get_hits += 1;
+        self.counts.get_hits.add(1);
         let info = self.item_info(&item);
         let mut line = if flags.return_value {
             MetaLine::value(&mut self.output, item.value.len())
@@ -134,8 +134,8 @@ impl Session {
 
     /// ms.
     pub(crate) fn meta_set(&mut self, set: &MetaSet<'_>) {
-        self.counts.cmd_meta += 1;
-        self.counts.cmd_set += 1;
+        self.counts.cmd_meta.add(1);
+        self.counts.cmd_set.add(1);
         let key_bytes = set.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &set.flags;
@@ -186,7 +186,7 @@ impl Session {
 
     /// md.
     pub(crate) fn meta_delete(&mut self, delete: &MetaDelete<'_>) {
-        self.counts.cmd_meta += 1;
+        self.counts.cmd_meta.add(1);
         let key_bytes = delete.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &delete.flags;
@@ -205,11 +205,11 @@ impl Session {
         };
         let status = match outcome {
             DeleteOutcome::Deleted => {
-                self.counts.delete_hits += 1;
+                self.counts.delete_hits.add(1);
                 MetaStatus::Header
             }
             DeleteOutcome::NotFound => {
-                self.counts.delete_misses += 1;
+                self.counts.delete_misses.add(1);
                 MetaStatus::NotFound
             }
             DeleteOutcome::Exists => MetaStatus::Exists,
@@ -226,7 +226,7 @@ impl Session {
 
     /// ma.
     pub(crate) fn meta_arithmetic(&mut self, arith: &MetaArithmetic<'_>) {
-        self.counts.cmd_meta += 1;
+        self.counts.cmd_meta.add(1);
         let key_bytes = arith.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &arith.flags;
@@ -247,10 +247,10 @@ impl Session {
             Err(error) => return self.engine_error(&error),
         };
         match outcome {
-            ArithOutcome::Value { .. } if incr => self.counts.incr_hits += 1,
-            ArithOutcome::Value { .. } => self.counts.decr_hits += 1,
-            _ if incr => self.counts.incr_misses += 1,
-            _ => self.counts.decr_misses += 1,
+            ArithOutcome::Value { .. } if incr => self.counts.incr_hits.add(1),
+            ArithOutcome::Value { .. } => self.counts.decr_hits.add(1),
+            _ if incr => self.counts.incr_misses.add(1),
+            _ => self.counts.decr_misses.add(1),
         }
         match outcome {
             ArithOutcome::Value { value, cas } => self.meta_arith_value(arith, key, value, cas),
@@ -301,7 +301,7 @@ impl Session {
 
     /// me: a debug line about an item.
     pub(crate) fn meta_debug(&mut self, debug: &MetaDebug<'_>) {
-        self.counts.cmd_meta += 1;
+        self.counts.cmd_meta.add(1);
         let key_bytes = debug.key.bytes();
         let key: &[u8] = &key_bytes;
         let item = match self.engine().get(key) {

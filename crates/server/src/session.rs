@@ -8,7 +8,7 @@
 //! [`Session::fail_acks`] turns every acknowledgement of the batch into a
 //! `SERVER_ERROR` before anything is sent.
 
-use crate::stats::{CommandCounts, ServerStats};
+use crate::stats::{OpenCounts, ServerStats};
 use crate::ServerConfig;
 use bytes::BytesMut;
 use larder_engine::{Engine, Error as EngineError, Expiry, Ticket};
@@ -47,19 +47,20 @@ pub struct Session {
     acks: Vec<Range<usize>>,
     /// The latest write of this batch: committing it commits them all.
     pub ticket: Ticket,
-    /// Counts not yet merged into the shared stats.
-    pub counts: CommandCounts,
+    /// This connection's counts, which `stats` reads as they are.
+    pub counts: OpenCounts,
 }
 
 impl Session {
     /// A session for a new connection.
     pub fn new(shared: Arc<Shared>) -> Session {
+        let counts = shared.stats.counts.open();
         Session {
+            counts,
             shared,
             output: BytesMut::with_capacity(crate::limits::READ_BUFFER_BYTES_INITIAL),
             acks: Vec::new(),
             ticket: Ticket::NONE,
-            counts: CommandCounts::default(),
         }
     }
 
@@ -91,7 +92,7 @@ impl Session {
     /// Replies to an engine error with memcached's `SERVER_ERROR` line,
     /// saying whether a retry may help.
     pub(crate) fn engine_error(&mut self, error: &EngineError) {
-        self.counts.server_errors += 1;
+        self.counts.server_errors.add(1);
         let message = match error {
             EngineError::TooLarge(_) => "object too large for cache".to_owned(),
             error if error.is_temporary() => format!("temporary failure, retry later: {error}"),
@@ -104,7 +105,7 @@ impl Session {
     /// A storage command was refused as too large: like memcached, remove
     /// the key's old value so no client reads it as if the update had won.
     pub fn refused_too_large(&mut self, key: &[u8]) {
-        self.counts.store_too_large += 1;
+        self.counts.store_too_large.add(1);
         match self.engine().delete(key, None) {
             Ok((_, ticket)) => self.wrote(ticket),
             Err(error) => tracing::warn!(%error, "removing the value of a refused update"),
@@ -125,14 +126,13 @@ impl Session {
         }
         rebuilt.extend_from_slice(self.output.get(at..).unwrap_or_default());
         self.output = rebuilt;
-        self.counts.server_errors += 1;
+        self.counts.server_errors.add(1);
     }
 
     /// Forgets the batch's acknowledgements once they are safe to send.
     pub fn batch_sent(&mut self) {
         self.acks.clear();
         self.ticket = Ticket::NONE;
-        self.shared.stats.counts.merge(&mut self.counts);
     }
 
     /// Handles one request, appending its reply.

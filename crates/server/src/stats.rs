@@ -1,58 +1,78 @@
 //! The server's counters and the `stats` command's output.
 //!
-//! Each connection counts into a plain local [`CommandCounts`] and adds it
-//! to the shared atomics once per batch of requests, so counting costs no
-//! shared-cache-line traffic per request.
+//! Each connection counts into counters of its own that only it writes (a
+//! load and a store per count, never a read-modify-write on a cache line
+//! another thread writes too); `stats` sums them over the open connections
+//! and the closed ones, as memcached sums its threads' counters.
 
 use crate::config::ServerConfig;
 use bytes::BytesMut;
 use larder_engine::Stats as EngineStats;
 use larder_protocol::reply::{write_stat, write_stat_u64};
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A count that one connection writes and `stats` reads.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `by`. Only the connection that owns the counter calls this, so
+    /// a plain load and store lose nothing.
+    pub fn add(&self, by: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(by),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 macro_rules! command_counts {
     ($($name:ident),* $(,)?) => {
-        /// Per-connection counts, merged into [`ServerStats`] per batch.
-        #[derive(Debug, Default, Clone, Copy)]
+        /// One connection's counts (see [`Counts::open`]).
+        #[derive(Debug, Default)]
         pub struct CommandCounts {
+            $(
+                #[doc = concat!("memcached's `", stringify!($name), "`.")]
+                pub $name: Counter,
+            )*
+        }
+
+        /// Counts summed over connections.
+        #[derive(Debug, Default, Clone, Copy)]
+        pub struct CountTotals {
             $(
                 #[doc = concat!("memcached's `", stringify!($name), "`.")]
                 pub $name: u64,
             )*
         }
 
-        /// The shared counters.
-        #[derive(Debug, Default)]
-        pub struct Counts {
-            $(
-                #[doc = concat!("memcached's `", stringify!($name), "`.")]
-                pub $name: AtomicU64,
-            )*
-        }
-
-        impl Counts {
-            /// Adds a connection's counts and zeroes them.
-            pub fn merge(&self, local: &mut CommandCounts) {
+        impl CountTotals {
+            fn add(&mut self, counts: &CommandCounts) {
                 $(
-                    if local.$name != 0 {
-                        self.$name.fetch_add(local.$name, Ordering::Relaxed);
-                    }
+                    self.$name = self.$name.wrapping_add(counts.$name.get());
                 )*
-                *local = CommandCounts::default();
             }
 
-            /// Zeroes every counter (`stats reset`).
-            pub fn reset(&self) {
-                $(
-                    self.$name.store(0, Ordering::Relaxed);
-                )*
+            fn since(&self, earlier: &CountTotals) -> CountTotals {
+                CountTotals {
+                    $(
+                        $name: self.$name.saturating_sub(earlier.$name),
+                    )*
+                }
             }
 
             /// Writes every counter as a `STAT` line.
             fn write(&self, out: &mut BytesMut) {
                 $(
-                    write_stat_u64(out, stringify!($name).as_bytes(), self.$name.load(Ordering::Relaxed));
+                    write_stat_u64(out, stringify!($name).as_bytes(), self.$name);
                 )*
             }
         }
@@ -86,6 +106,88 @@ command_counts!(
     bytes_written,
     server_errors,
 );
+
+/// Every connection's counts: the open connections' own, the closed ones'
+/// summed, and the sum at the last `stats reset`, which later sums are
+/// taken from.
+#[derive(Debug, Default)]
+pub struct Counts {
+    all: Arc<Mutex<AllCounts>>,
+}
+
+#[derive(Debug, Default)]
+struct AllCounts {
+    open: HashMap<u64, Arc<CommandCounts>>,
+    next_id: u64,
+    closed: CountTotals,
+    at_reset: CountTotals,
+}
+
+impl AllCounts {
+    fn sum(&self) -> CountTotals {
+        let mut sum = self.closed;
+        for counts in self.open.values() {
+            sum.add(counts);
+        }
+        sum
+    }
+}
+
+/// A connection's counters, open until dropped; dropping adds them to the
+/// closed connections' sum.
+#[derive(Debug)]
+pub struct OpenCounts {
+    counts: Arc<CommandCounts>,
+    id: u64,
+    all: Arc<Mutex<AllCounts>>,
+}
+
+impl std::ops::Deref for OpenCounts {
+    type Target = CommandCounts;
+
+    fn deref(&self) -> &CommandCounts {
+        &self.counts
+    }
+}
+
+impl Drop for OpenCounts {
+    fn drop(&mut self) {
+        let mut all = self.all.lock();
+        all.open.remove(&self.id);
+        all.closed.add(&self.counts);
+    }
+}
+
+impl Counts {
+    /// Counters for a new connection, counted by `stats` from now on.
+    pub fn open(&self) -> OpenCounts {
+        let counts = Arc::new(CommandCounts::default());
+        let id = {
+            let mut all = self.all.lock();
+            let id = all.next_id;
+            all.next_id += 1;
+            all.open.insert(id, Arc::clone(&counts));
+            id
+        };
+        OpenCounts {
+            counts,
+            id,
+            all: Arc::clone(&self.all),
+        }
+    }
+
+    /// Every connection's counts since the last `stats reset`.
+    pub fn totals(&self) -> CountTotals {
+        let all = self.all.lock();
+        all.sum().since(&all.at_reset)
+    }
+
+    /// `stats reset`: counts start again from zero.
+    pub fn reset(&self) {
+        let mut all = self.all.lock();
+        all.at_reset = all.sum();
+    }
+}
 
 /// Server-wide figures.
 #[derive(Debug)]
@@ -150,13 +252,14 @@ impl ServerStats {
             load(&self.rejected_connections),
         );
         write_stat_u64(out, b"connection_structures", load(&self.curr_connections));
-        self.counts.write(out);
+        let counts = self.counts.totals();
+        counts.write(out);
         write_stat_u64(out, b"limit_maxbytes", engine.cache_bytes_max);
         write_stat_u64(out, b"accepting_conns", 1);
         write_stat_u64(out, b"threads", config.threads as u64);
         write_stat_u64(out, b"bytes", engine.item_bytes);
         write_stat_u64(out, b"curr_items", engine.items);
-        write_stat_u64(out, b"total_items", load(&self.counts.cmd_set));
+        write_stat_u64(out, b"total_items", counts.cmd_set);
         write_stat_u64(out, b"evictions", 0);
         write_stat_u64(out, b"reclaimed", engine.reclaimed_items);
         self.write_larder(config, engine, out);

@@ -27,9 +27,9 @@ impl Session {
         };
         for key in get.keys.iter() {
             if touch.is_some() {
-                self.counts.cmd_touch += 1;
+                self.counts.cmd_touch.add(1);
             }
-            self.counts.cmd_get += 1;
+            self.counts.cmd_get.add(1);
             // The value goes straight from where the engine holds it into
             // the reply.
             let output = &mut self.output;
@@ -40,15 +40,15 @@ impl Session {
             match found {
                 Ok((Some(()), ticket)) => {
                     self.wrote(ticket);
-                    self.counts.get_hits += 1;
+                    self.counts.get_hits.add(1);
                     if touch.is_some() {
-                        self.counts.touch_hits += 1;
+                        self.counts.touch_hits.add(1);
                     }
                 }
                 Ok((None, _)) => {
-                    self.counts.get_misses += 1;
+                    self.counts.get_misses.add(1);
                     if touch.is_some() {
-                        self.counts.touch_misses += 1;
+                        self.counts.touch_misses.add(1);
                     }
                 }
                 Err(error) => {
@@ -62,7 +62,7 @@ impl Session {
 
     /// set, add, replace, append, prepend, cas.
     pub(crate) fn store(&mut self, store: &Store<'_>) {
-        self.counts.cmd_set += 1;
+        self.counts.cmd_set.add(1);
         let mode = match store.command {
             StoreCommand::Set => StoreMode::Set,
             StoreCommand::Add => StoreMode::Add,
@@ -86,17 +86,17 @@ impl Session {
         let answer = match outcome {
             StoreOutcome::Stored { .. } => {
                 if is_cas {
-                    self.counts.cas_hits += 1;
+                    self.counts.cas_hits.add(1);
                 }
                 Reply::Stored
             }
             StoreOutcome::NotStored => Reply::NotStored,
             StoreOutcome::Exists => {
-                self.counts.cas_badval += 1;
+                self.counts.cas_badval.add(1);
                 Reply::Exists
             }
             StoreOutcome::NotFound => {
-                self.counts.cas_misses += 1;
+                self.counts.cas_misses.add(1);
                 Reply::NotFound
             }
         };
@@ -115,10 +115,10 @@ impl Session {
             Err(error) => return self.engine_error(&error),
         };
         let answer = if outcome == DeleteOutcome::Deleted {
-            self.counts.delete_hits += 1;
+            self.counts.delete_hits.add(1);
             Reply::Deleted
         } else {
-            self.counts.delete_misses += 1;
+            self.counts.delete_misses.add(1);
             Reply::NotFound
         };
         if !delete.noreply {
@@ -143,13 +143,13 @@ impl Session {
             Err(error) => return self.engine_error(&error),
         };
         let (hits, misses) = if incr {
-            (&mut self.counts.incr_hits, &mut self.counts.incr_misses)
+            (&self.counts.incr_hits, &self.counts.incr_misses)
         } else {
-            (&mut self.counts.decr_hits, &mut self.counts.decr_misses)
+            (&self.counts.decr_hits, &self.counts.decr_misses)
         };
         match outcome {
-            ArithOutcome::Value { .. } => *hits += 1,
-            _ => *misses += 1,
+            ArithOutcome::Value { .. } => hits.add(1),
+            _ => misses.add(1),
         }
         if arith.noreply {
             return;
@@ -165,7 +165,7 @@ impl Session {
 
     /// touch.
     pub(crate) fn touch(&mut self, touch: &Touch<'_>) {
-        self.counts.cmd_touch += 1;
+        self.counts.cmd_touch.add(1);
         let expiry = self.expiry(touch.exptime);
         let found = match self.engine().touch(touch.key, expiry) {
             Ok((found, ticket)) => {
@@ -175,9 +175,9 @@ impl Session {
             Err(error) => return self.engine_error(&error),
         };
         if found {
-            self.counts.touch_hits += 1;
+            self.counts.touch_hits.add(1);
         } else {
-            self.counts.touch_misses += 1;
+            self.counts.touch_misses.add(1);
         }
         if !touch.noreply {
             let answer = if found {
@@ -191,7 +191,7 @@ impl Session {
 
     /// flush_all [delay].
     pub(crate) fn flush_all(&mut self, flush: &FlushAll) {
-        self.counts.cmd_flush += 1;
+        self.counts.cmd_flush.add(1);
         let delay_secs = match flush.delay {
             Some(delay) if delay > 0 => match self.expiry(delay) {
                 larder_engine::Expiry::At(at) => at.saturating_sub(self.now()),
