@@ -202,9 +202,10 @@ impl Engine {
     }
 
     /// Reads `key` as [`Engine::get_with`] does and hands the item to
-    /// `visit`, with its value as a separate slice (`item.value` is left
-    /// empty): a value held in memory is not copied out first, so a caller
-    /// that only copies it on (into a reply) copies it once. `visit` runs at
+    /// `visit` with its value as a separate slice, which is where to read
+    /// the value from (`item.value` is empty but after a touch): a value
+    /// held in memory is not copied out first, so a caller that only copies
+    /// it on (into a reply) copies it once. `visit` runs at
     /// most once; for a value held in memory it runs under the read lock of
     /// the key's keydir partition, so it must be brief and must not call
     /// into the engine. `Ok((None, _))` when the key is absent, expired or
