@@ -13,6 +13,8 @@ before and during each attack:
   * clients that pipeline gets for a 500 KiB value and never read the replies
     are pushed back once about `WRITE_BUFFER_BYTES_SOFT_MAX` (4 MiB,
     crates/server/src/limits.rs) of replies is buffered for each;
+  * so is one `get` that names a 1000 KiB value 150 times: its replies are
+    sent in parts, not gathered whole first;
   * clients dribbling requests one byte at a time and clients sending garbage
     get memcached's answers (`ERROR`, `CLIENT_ERROR ...`) and leave memory flat.
 
@@ -88,6 +90,16 @@ STUCK_PUSHBACK_QUIET_S = 0.5
 # terabytes of replies the gets ask for.
 STUCK_RSS_BYTES_PER_CLIENT_MAX = 12 * MIB
 STUCK_RSS_GROWTH_MAX = STUCK_CLIENTS * STUCK_RSS_BYTES_PER_CLIENT_MAX
+
+# -- one get naming a large value many times --------------------------------
+MULTIGET_VALUE_BYTES = 1000 * KIB
+MULTIGET_KEYS = 150
+# About 146 MiB of replies asked for by one line of 600 bytes. Measured:
+# 12.0 MiB of growth while the client reads none of it (replies stop at
+# 4 MiB plus one value; the buffer doubles past 4 MiB, as for the stuck
+# clients above). Before a request's replies were sent in parts, the whole
+# reply was gathered first: 398 MiB of growth. Bound: 2x the measured.
+MULTIGET_RSS_GROWTH_MAX = 24 * MIB
 
 # -- slow and garbage clients -----------------------------------------------
 SLOW_CLIENTS = 50
@@ -369,6 +381,63 @@ def test_clients_that_never_read_are_pushed_back_with_bounded_memory(servers):
     assert peak - baseline < STUCK_RSS_GROWTH_MAX, f"{figures}; growth bound {mib(STUCK_RSS_GROWTH_MAX)}"
     wait_until("the stuck connections to be closed", lambda: other.connections() == 1)
     still_serves(server, "after-stuck")
+
+
+def read_multiget_reply(sock: socket.socket, key: bytes, value: bytes, count: int) -> None:
+    """Reads `count` VALUE replies of `key` with `value` and the END, checking every byte."""
+    block = b"VALUE " + key + b" 0 " + str(len(value)).encode() + b"\r\n" + value + b"\r\n"
+    expected_bytes = len(block) * count + len(b"END\r\n")
+    pending = bytearray()
+    blocks = 0
+    received = 0
+    while blocks < count:
+        while len(pending) < len(block):
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"connection closed after {blocks} of {count} values"
+            received += len(chunk)
+            pending += chunk
+        assert pending[: len(block)] == block, f"value {blocks} differs"
+        del pending[: len(block)]
+        blocks += 1
+    while len(pending) < len(b"END\r\n"):
+        chunk = sock.recv(1 << 20)
+        assert chunk, "connection closed before END"
+        received += len(chunk)
+        pending += chunk
+    assert bytes(pending) == b"END\r\n", f"after the values: {bytes(pending[:80])!r}"
+    assert received == expected_bytes
+
+
+def test_one_get_naming_a_large_value_many_times_holds_a_bounded_part_of_its_replies(servers):
+    server = servers.larder()
+    other = Raw(server)
+    warm_up(other)
+    value = bytes(random.Random(5).randbytes(MULTIGET_VALUE_BYTES))
+    other.call(f"set big 0 0 {MULTIGET_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
+    # Once through, so the value is held in memory before the baseline.
+    other.send(b"get big\r\n")
+    read_multiget_reply(other.sock, b"big", value, 1)
+    baseline = rss_bytes(server.pid)
+    greedy = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
+    greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KIB)
+    try:
+        greedy.sendall(b"get" + b" big" * MULTIGET_KEYS + b"\r\n")
+        # The server fills the socket buffers, then its own, and stops.
+        held = settled_rss_bytes(server.pid)
+        # Another client is served meanwhile, the same value included.
+        other.send(b"get big\r\n")
+        read_multiget_reply(other.sock, b"big", value, 1)
+        still_serves(server, "during-multiget")
+        read_multiget_reply(greedy, b"big", value, MULTIGET_KEYS)
+    finally:
+        greedy.close()
+    figures = (
+        f"RSS {mib(baseline)} before, {mib(held)} while {MULTIGET_KEYS} x {mib(MULTIGET_VALUE_BYTES)} "
+        f"of replies waited to be read: {mib(held - baseline)} of growth"
+    )
+    print(figures)
+    assert held - baseline < MULTIGET_RSS_GROWTH_MAX, f"{figures}; bound {mib(MULTIGET_RSS_GROWTH_MAX)}"
+    still_serves(server, "after-multiget")
 
 
 def garbage_lines(rng: random.Random) -> bytes:

@@ -6,8 +6,9 @@
 //! time ahead of handling, so that a pipeline's keys are looked up together
 //! (see [`Connection::process`]). A connection stops handling once its
 //! replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] and sends them, so a
-//! client that pipelines many large reads cannot make the server buffer
-//! without bound, and one that never reads its replies stops being read.
+//! client that pipelines many large reads, or asks for many in one `get`,
+//! cannot make the server buffer without bound, and one that never reads
+//! its replies stops being read.
 
 use crate::limits::{
     READ_BUFFER_BYTES_INITIAL, READ_ROOM_BYTES_MIN, WRITE_BUFFER_BYTES_SOFT_MAX, WRITE_TIMEOUT,
@@ -46,7 +47,8 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::
         session: Session::new(Arc::clone(&shared)),
     };
     // One wait for the shutdown for the connection's whole life, rather
-    // than one registered and dropped again on every read.
+    // than one registered and dropped again on every read. Polled again
+    // after it completes it would panic: `run` returns as soon as it has.
     let stop = async move {
         let _ = shutdown.changed().await;
     };
@@ -58,7 +60,6 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::
             .timed_out_connections
             .fetch_add(1, Ordering::Relaxed);
     }
-    connection.session.batch_sent();
     let _ = connection.stream.shutdown().await;
 }
 
@@ -187,6 +188,12 @@ impl Connection {
             let (mut consumed, mut close) = (0, false);
             for (request, frame_bytes) in requests {
                 let flow = self.session.handle(*request);
+                if flow == Flow::Unfinished {
+                    // It stays at the front of the input, to be handed in
+                    // again once the replies are sent.
+                    assert!(self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX);
+                    break;
+                }
                 consumed += frame_bytes;
                 if flow == Flow::Close {
                     close = true;

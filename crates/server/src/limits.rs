@@ -22,8 +22,9 @@ pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
 /// not grow.
 pub const READ_ROOM_BYTES_MIN: usize = READ_BUFFER_BYTES_INITIAL / 4;
 /// Replies buffered before the connection stops processing requests and
-/// writes them out (a client that pipelines many large gets cannot make the
-/// server buffer more than about this plus one value).
+/// writes them out (a client that pipelines many large gets, or names many
+/// keys in one, cannot make the server buffer more than about this plus one
+/// value).
 pub const WRITE_BUFFER_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
 /// How long a connection may hold a partly received request without
 /// sending more bytes before it is closed (the default of

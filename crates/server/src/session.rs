@@ -24,6 +24,12 @@ pub enum Flow {
     Continue,
     /// Send what is buffered, then close (`quit`).
     Close,
+    /// The request's replies passed
+    /// [`WRITE_BUFFER_BYTES_SOFT_MAX`](crate::limits::WRITE_BUFFER_BYTES_SOFT_MAX)
+    /// before it was finished (a `get` of many keys): send what is
+    /// buffered, then hand the same request in again, which carries on
+    /// where it stopped.
+    Unfinished,
 }
 
 /// State shared by every connection.
@@ -49,6 +55,9 @@ pub struct Session {
     pub ticket: Ticket,
     /// This connection's counts, which `stats` reads as they are.
     pub counts: OpenCounts,
+    /// Keys of the retrieval at the front of the input already answered,
+    /// when it stopped as [`Flow::Unfinished`]; 0 otherwise.
+    pub(crate) retrieval_keys_done: usize,
 }
 
 impl Session {
@@ -61,6 +70,7 @@ impl Session {
             output: BytesMut::with_capacity(crate::limits::READ_BUFFER_BYTES_INITIAL),
             acks: Vec::new(),
             ticket: Ticket::NONE,
+            retrieval_keys_done: 0,
         }
     }
 
@@ -138,7 +148,7 @@ impl Session {
     /// Handles one request, appending its reply.
     pub fn handle(&mut self, request: Request<'_>) -> Flow {
         match request {
-            Request::Retrieval(get) => self.retrieval(&get),
+            Request::Retrieval(get) => return self.retrieval(&get),
             Request::Store(store) => self.store(&store),
             Request::Delete(delete) => self.delete(&delete),
             Request::Arithmetic(arith) => self.arithmetic(&arith),

@@ -1,7 +1,11 @@
 //! The text protocol's commands, each a method of [`Session`].
 
-use crate::session::Session;
-use larder_engine::{Arith, ArithOutcome, DeleteOutcome, ReadOptions, StoreMode, StoreOutcome};
+use crate::limits::WRITE_BUFFER_BYTES_SOFT_MAX;
+use crate::session::{Flow, Session};
+use larder_engine::{
+    Arith, ArithOutcome, DeleteOutcome, Error as EngineError, ReadOptions, StoreMode, StoreOutcome,
+    Ticket,
+};
 use larder_protocol::reply::{self, Reply};
 use larder_protocol::request::{
     Arithmetic, Delete, Direction, FlushAll, Retrieval, Stats, Store, StoreCommand, Touch,
@@ -12,8 +16,12 @@ use larder_protocol::RetrievalCommand;
 const NON_NUMERIC: &[u8] = b"cannot increment or decrement non-numeric value";
 
 impl Session {
-    /// get, gets, gat, gats.
-    pub(crate) fn retrieval(&mut self, get: &Retrieval<'_>) {
+    /// get, gets, gat, gats. A request for many keys stops once the
+    /// replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] and returns
+    /// [`Flow::Unfinished`]; handed in again after they are sent, it carries
+    /// on with the next key, so its replies are never all held at once (one
+    /// `get` line can name the same 1 MiB value tens of thousands of times).
+    pub(crate) fn retrieval(&mut self, get: &Retrieval<'_>) -> Flow {
         let with_cas = get.command.returns_cas();
         let touch = match get.command {
             RetrievalCommand::Gat | RetrievalCommand::Gats => {
@@ -25,27 +33,22 @@ impl Session {
             touch,
             ..ReadOptions::default()
         };
-        for key in get.keys.iter() {
+        let done = std::mem::take(&mut self.retrieval_keys_done);
+        let mut keys = get.keys.iter().enumerate().skip(done).peekable();
+        while let Some((index, key)) = keys.next() {
             if touch.is_some() {
                 self.counts.cmd_touch.add(1);
             }
             self.counts.cmd_get.add(1);
-            // The value goes straight from where the engine holds it into
-            // the reply.
-            let output = &mut self.output;
-            let found = self.shared.engine.get_visit(key, options, |item, value| {
-                let cas = with_cas.then_some(item.cas);
-                reply::write_value(output, key, item.flags, value, cas);
-            });
-            match found {
-                Ok((Some(()), ticket)) => {
+            match self.get_one(key, options, with_cas) {
+                Ok(Some(ticket)) => {
                     self.wrote(ticket);
                     self.counts.get_hits.add(1);
                     if touch.is_some() {
                         self.counts.touch_hits.add(1);
                     }
                 }
-                Ok((None, _)) => {
+                Ok(None) => {
                     self.counts.get_misses.add(1);
                     if touch.is_some() {
                         self.counts.touch_misses.add(1);
@@ -53,11 +56,47 @@ impl Session {
                 }
                 Err(error) => {
                     self.engine_error(&error);
-                    return;
+                    return Flow::Continue;
                 }
+            }
+            if self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX && keys.peek().is_some() {
+                self.retrieval_keys_done = index + 1;
+                return Flow::Unfinished;
             }
         }
         reply::write_reply(&mut self.output, Reply::End);
+        Flow::Continue
+    }
+
+    /// Looks `key` up and appends its `VALUE` reply if it is there;
+    /// `Ok(Some(ticket))` for a hit (the ticket of a `gat`'s touch).
+    ///
+    /// The value goes straight from where the engine holds it into the
+    /// reply, under its partition's read lock, when the reply buffer has
+    /// room for it. When it has not, the value is copied out and written
+    /// after the lock is released: growing the buffer copies everything
+    /// already in it, which must not hold up the partition's writers.
+    fn get_one(
+        &mut self,
+        key: &[u8],
+        options: ReadOptions,
+        with_cas: bool,
+    ) -> Result<Option<Ticket>, EngineError> {
+        let output = &mut self.output;
+        let mut too_large = None;
+        let (found, ticket) = self.shared.engine.get_visit(key, options, |item, value| {
+            let cas = with_cas.then_some(item.cas);
+            let room = output.capacity() - output.len();
+            if key.len() + value.len() + reply::VALUE_REPLY_OVERHEAD_BYTES_MAX <= room {
+                reply::write_value(output, key, item.flags, value, cas);
+            } else {
+                too_large = Some((item.flags, cas, value.to_vec()));
+            }
+        })?;
+        if let Some((flags, cas, value)) = too_large {
+            reply::write_value(output, key, flags, &value, cas);
+        }
+        Ok(found.map(|()| ticket))
     }
 
     /// set, add, replace, append, prepend, cas.

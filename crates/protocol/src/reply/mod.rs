@@ -89,6 +89,12 @@ pub fn write_value_header(
     buf.put_slice(VALUE_TRAILER);
 }
 
+/// The most bytes [`write_value`] appends besides the key and the value:
+/// `VALUE `, the flags (a `u32`, at most 10 digits), the length and the
+/// cas (at most 20 digits each), each after a space, and two line ends.
+pub const VALUE_REPLY_OVERHEAD_BYTES_MAX: usize =
+    b"VALUE ".len() + (1 + 10) + (1 + 20) + (1 + 20) + 2 * VALUE_TRAILER.len();
+
 /// Appends a whole retrieval hit: header, value and trailer.
 pub fn write_value(buf: &mut impl BufMut, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {
     write_value_header(buf, key, flags, value.len(), cas);
@@ -220,6 +226,19 @@ mod tests {
         assert_eq!(
             written(|b| write_value(b, b"a", u32::MAX, b"x", Some(5))),
             b"VALUE a 4294967295 1 5\r\nx\r\n"
+        );
+    }
+
+    #[test]
+    fn the_widest_value_reply_is_exactly_the_overhead_bound() {
+        let (key, value) = (b"k".as_slice(), b"v".as_slice());
+        let mut widest =
+            written(|b| write_value_header(b, key, u32::MAX, usize::MAX, Some(u64::MAX)));
+        widest.extend_from_slice(value);
+        widest.extend_from_slice(VALUE_TRAILER);
+        assert_eq!(
+            widest.len(),
+            key.len() + value.len() + VALUE_REPLY_OVERHEAD_BYTES_MAX
         );
     }
 
