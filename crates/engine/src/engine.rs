@@ -202,14 +202,14 @@ impl Engine {
     }
 
     /// Reads `key` as [`Engine::get_with`] does and hands the item to
-    /// `visit` with its value as a separate slice, which is where to read
-    /// the value from (`item.value` is empty but after a touch): a value
-    /// held in memory is not copied out first, so a caller that only copies
-    /// it on (into a reply) copies it once. `visit` runs at
+    /// `visit` with its value as a separate slice (`item.value` is always
+    /// empty): a value held in memory is not copied out first, so a caller
+    /// that only copies it on (into a reply) copies it once. `visit` runs at
     /// most once; for a value held in memory it runs under the read lock of
-    /// the key's keydir partition, so it must be brief and must not call
-    /// into the engine. `Ok((None, _))` when the key is absent, expired or
-    /// flushed. Errors as [`Engine::get_with`].
+    /// the key's keydir partition, so it must be brief (no allocation that
+    /// grows with anything but the value) and must not call into the
+    /// engine. `Ok((None, _))` when the key is absent, expired or flushed.
+    /// Errors as [`Engine::get_with`].
     pub fn get_visit<R>(
         &self,
         key: &[u8],
@@ -218,7 +218,11 @@ impl Engine {
     ) -> Result<(Option<R>, Ticket)> {
         if options.touch.is_some() {
             let (item, ticket) = self.inner.touch(key, options)?;
-            return Ok((item.map(|item| visit(&item, &item.value)), ticket));
+            let visited = item.map(|mut item| {
+                let value = std::mem::take(&mut item.value);
+                visit(&item, &value)
+            });
+            return Ok((visited, ticket));
         }
         let mut take = |item: Item, value: Found<'_>| visit(&item, value.as_slice());
         let found = self.read_retrying(key, options, &mut take)?;

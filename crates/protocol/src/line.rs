@@ -86,8 +86,11 @@ pub(crate) struct Words<'a> {
 const _: () = assert!(ITEM_BYTES_MAX_CEILING < u32::MAX as usize);
 
 impl<'a> Words<'a> {
-    /// Splits `text`, keeping the first `WORDS_MAX` tokens.
+    /// Splits `text`, keeping the first `WORDS_MAX` tokens. `text` is a
+    /// line the framing let through, so no longer than the line limit, which
+    /// never exceeds [`ITEM_BYTES_MAX_CEILING`].
     pub fn split(text: &'a [u8]) -> Self {
+        assert!(text.len() <= ITEM_BYTES_MAX_CEILING);
         let mut words = Words {
             text,
             spans: [(0, 0); WORDS_MAX],
