@@ -34,8 +34,14 @@ impl Session {
             ..ReadOptions::default()
         };
         let done = std::mem::take(&mut self.retrieval_keys_done);
-        let mut keys = get.keys.iter().enumerate().skip(done).peekable();
-        while let Some((index, key)) = keys.next() {
+        for (index, key) in get.keys.iter().enumerate().skip(done) {
+            // Past the soft limit the keys left wait until the replies are
+            // sent. Each pass answers its first key whatever the buffer
+            // holds, so every pass moves on.
+            if index > done && self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                self.retrieval_keys_done = index;
+                return Flow::Unfinished;
+            }
             if touch.is_some() {
                 self.counts.cmd_touch.add(1);
             }
@@ -58,10 +64,6 @@ impl Session {
                     self.engine_error(&error);
                     return Flow::Continue;
                 }
-            }
-            if self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX && keys.peek().is_some() {
-                self.retrieval_keys_done = index + 1;
-                return Flow::Unfinished;
             }
         }
         reply::write_reply(&mut self.output, Reply::End);
