@@ -378,6 +378,36 @@ def target_checks(cells: dict) -> list[dict]:
     return checks
 
 
+def glance(cells: dict, ordered_keys: list) -> list[str]:
+    """Every cell in one table: memcached's median ops/s and p99, and each
+    other server's median ops/s and p99 as ratios to memcached's."""
+    servers = order_servers({server for key in ordered_keys for server in cells.get(key, {})})
+    others = [server for server in servers if server != "memcached"]
+    lines = [
+        "## All cells at a glance", "",
+        "memcached's median ops/s and p99, and every other server's median ops/s over memcached's "
+        "(its p99 over memcached's in brackets); the tables below give the figures behind them.", "",
+        "| cell | memcached ops/s (p99 µs) | " + " | ".join(others) + " |",
+        "|---|---:|" + "---:|" * len(others),
+    ]
+    for key in ordered_keys:
+        cell = cells.get(key, {})
+        base = cell.get("memcached")
+        shown = (f"{base['ops_per_second']['median']:,.0f} ({base['latency_us']['p99']:,.0f})"
+                 if base else "n/a")
+        row = [f"{key[0]}, {key[1]} conn, P{key[2]}", shown]
+        for server in others:
+            s = cell.get(server)
+            if s is None or s["ratio_to_memcached"] is None:
+                row.append("n/a")
+                continue
+            p99 = s.get("p99_ratio_to_memcached")
+            row.append(f"{s['ratio_to_memcached']:.2f}x" + (f" ({p99:.2f}x)" if p99 is not None else ""))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    return lines
+
+
 def cell_sort(key):
     workload, conns, pipeline = key
     w = WORKLOAD_ORDER.index(workload) if workload in WORKLOAD_ORDER else 99
@@ -498,6 +528,8 @@ def main() -> int:
         "these scripts were written on.",
         "",
     ]
+    if any("memcached" in cells.get(key, {}) for key in ordered_keys):
+        md += glance(cells, ordered_keys)
     for key in ordered_keys:
         cell = cells.get(key, {})
         md.append(f"## {cell_title(*key)}")

@@ -94,6 +94,14 @@ def test_compare_script_measures_every_cell(tmp_path):
         assert waits["runs"] == len(wanted) and waits["busy"] == sorted(busy), (server, waits)
     markdown = (results / "results.md").read_text()
     assert "| larder-always |" in markdown
+    # The at-a-glance table: a row per cell, a ratio per server but memcached.
+    glance = markdown.split("## All cells at a glance", 1)[1].split("\n## ", 1)[0]
+    assert "| cell | memcached ops/s (p99 µs) | larder-everysec | larder-always |" in glance
+    rows = [line for line in glance.splitlines() if line.startswith(("| get, ", "| set, "))]
+    assert len(rows) == len(wanted), rows
+    for row in rows:
+        ratios = row.strip("|").split("|")[2:]
+        assert len(ratios) == 2 and all(cell.strip().endswith("x)") for cell in ratios), row
     assert list((results / "charts").glob("*.svg")), "no charts written"
     commands = (results / "raw" / "commands.txt").read_text().splitlines()
     [start] = [c for c in commands if c.startswith("start larder-always: ")]
