@@ -24,7 +24,8 @@
 #                         (the preload's client is never pinned).
 #                         SERVER_CPUS=0 CLIENT_CPUS=0 puts a one-connection
 #                         client and server on one CPU, so a request does not
-#                         wait for another CPU to wake (see BENCHMARKS.md).
+#                         wait for another CPU to wake (see BENCHMARKS.md and
+#                         benchmarks/HISTORY.md, "Gets at one connection").
 #                         Unset: servers and client share all CPUs.
 #   LARDER [target/release/larder]  the binary; when not given, the script
 #                         runs cargo build --release -p larder first

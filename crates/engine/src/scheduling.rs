@@ -9,7 +9,7 @@
 /// ordinary thread each of those wake-ups could preempt a request thread
 /// that is busy answering clients, and on a machine whose CPUs are all
 /// busy the preemptions and context switches cost request threads CPU
-/// (measured in BENCHMARKS.md, "The sync thread as a batch thread"). As a batch
+/// (measured in benchmarks/HISTORY.md, "The sync thread as a batch thread"). As a batch
 /// thread it runs at once when the kernel finds it an idle CPU, as
 /// before, and when every CPU is busy, a little later, by which time more
 /// committers have joined the next group.
@@ -36,7 +36,7 @@ pub(crate) fn run_as_batch() -> bool {
 /// The sync thread syncs this way under `Always`: the group is closed by
 /// then, so a late wake-up after the `fdatasync` would only keep its
 /// committers waiting (a time slice or more while every CPU is busy; see
-/// BENCHMARKS.md, experiment C). An ordinary thread woken from the sync
+/// benchmarks/HISTORY.md, experiment C). An ordinary thread woken from the sync
 /// may preempt a busy one, once per group.
 pub(crate) fn as_ordinary<T>(work: impl FnOnce() -> T) -> T {
     if !BATCH.with(std::cell::Cell::get) {

@@ -290,7 +290,7 @@ pub fn run(
 /// run, or one whose timer is already due) at most
 /// [`IO_EVENTS_PER_BUSY_POLL_MAX`]. The rest stay ready in the kernel for
 /// the next poll, by either worker, so the connections already found are
-/// served first (BENCHMARKS.md, "Fewer ready connections per poll").
+/// served first (benchmarks/HISTORY.md, "Fewer ready connections per poll").
 pub fn serve_until(
     config: ServerConfig,
     on_ready: impl FnOnce(SocketAddr),
