@@ -1,5 +1,10 @@
 //! The engine's sync thread runs as a batch thread (`SCHED_BATCH` on
 //! Linux), so that its wake-ups do not preempt busy request threads.
+//!
+//! A regression story: the test once read the thread's policy right after
+//! a commit returned. Since the thread syncs and acknowledges as an
+//! ordinary thread and only then turns back to batch work, that read now
+//! and then found it still ordinary, and a CI run failed so.
 
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
@@ -8,6 +13,12 @@ mod common;
 
 use common::threads_named;
 use larder_engine::{Config, Durability, Engine, Expiry, StoreMode};
+use std::time::{Duration, Instant};
+
+/// How long the sync thread may take to finish acknowledging a commit and
+/// turn back to batch work: far longer than it ever takes, so that only a
+/// thread that never turns back fails.
+const IDLE_WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn the_sync_thread_runs_as_a_batch_thread() {
@@ -25,9 +36,21 @@ fn the_sync_thread_runs_as_a_batch_thread() {
     let sync_threads = threads_named("larder-sync");
     assert_eq!(sync_threads.len(), 1, "one engine, one sync thread");
     for &tid in &sync_threads {
-        // SAFETY: reads the policy of a thread of this process; a thread
-        // that has exited gives -1, which fails the assertion.
-        let policy = unsafe { libc::sched_getscheduler(tid) };
+        // The commit returns once the sync thread has acknowledged it,
+        // which it does as an ordinary thread (`as_ordinary`) before it
+        // turns back to batch work and waits for the next group: the test
+        // can look in between. So it waits for the thread to be idle, a
+        // batch thread again, for at most `IDLE_WAIT`.
+        let deadline = Instant::now() + IDLE_WAIT;
+        let policy = loop {
+            // SAFETY: reads the policy of a thread of this process; a
+            // thread that has exited gives -1, which fails the assertion.
+            let policy = unsafe { libc::sched_getscheduler(tid) };
+            if policy == libc::SCHED_BATCH || Instant::now() > deadline {
+                break policy;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
         assert_eq!(policy, libc::SCHED_BATCH, "thread {tid}");
     }
     // Every other thread keeps the default policy: this test's own thread
