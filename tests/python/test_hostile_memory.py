@@ -383,29 +383,12 @@ def test_clients_that_never_read_are_pushed_back_with_bounded_memory(servers):
     still_serves(server, "after-stuck")
 
 
-def read_multiget_reply(sock: socket.socket, key: bytes, value: bytes, count: int) -> None:
-    """Reads `count` VALUE replies of `key` with `value` and the END, checking every byte."""
+def expect_values(raw: Raw, key: bytes, value: bytes, count: int) -> None:
+    """Reads `count` VALUE replies of `key` with `value`, then the END, checking every byte."""
     block = b"VALUE " + key + b" 0 " + str(len(value)).encode() + b"\r\n" + value + b"\r\n"
-    expected_bytes = len(block) * count + len(b"END\r\n")
-    pending = bytearray()
-    blocks = 0
-    received = 0
-    while blocks < count:
-        while len(pending) < len(block):
-            chunk = sock.recv(1 << 20)
-            assert chunk, f"connection closed after {blocks} of {count} values"
-            received += len(chunk)
-            pending += chunk
-        assert pending[: len(block)] == block, f"value {blocks} differs"
-        del pending[: len(block)]
-        blocks += 1
-    while len(pending) < len(b"END\r\n"):
-        chunk = sock.recv(1 << 20)
-        assert chunk, "connection closed before END"
-        received += len(chunk)
-        pending += chunk
-    assert bytes(pending) == b"END\r\n", f"after the values: {bytes(pending[:80])!r}"
-    assert received == expected_bytes
+    for _ in range(count):
+        raw.expect(block)
+    raw.expect(b"END\r\n")
 
 
 def test_one_get_naming_a_large_value_many_times_holds_a_bounded_part_of_its_replies(servers):
@@ -416,19 +399,19 @@ def test_one_get_naming_a_large_value_many_times_holds_a_bounded_part_of_its_rep
     other.call(f"set big 0 0 {MULTIGET_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
     # Once through, so the value is held in memory before the baseline.
     other.send(b"get big\r\n")
-    read_multiget_reply(other.sock, b"big", value, 1)
+    expect_values(other, b"big", value, 1)
     baseline = rss_bytes(server.pid)
-    greedy = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
-    greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KIB)
+    greedy = Raw(server)
+    greedy.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KIB)
     try:
-        greedy.sendall(b"get" + b" big" * MULTIGET_KEYS + b"\r\n")
+        greedy.send(b"get" + b" big" * MULTIGET_KEYS + b"\r\n")
         # The server fills the socket buffers, then its own, and stops.
         held = settled_rss_bytes(server.pid)
         # Another client is served meanwhile, the same value included.
         other.send(b"get big\r\n")
-        read_multiget_reply(other.sock, b"big", value, 1)
+        expect_values(other, b"big", value, 1)
         still_serves(server, "during-multiget")
-        read_multiget_reply(greedy, b"big", value, MULTIGET_KEYS)
+        expect_values(greedy, b"big", value, MULTIGET_KEYS)
     finally:
         greedy.close()
     figures = (

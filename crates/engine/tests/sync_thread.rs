@@ -11,14 +11,8 @@
 
 mod common;
 
-use common::threads_named;
+use common::{threads_named, wait_until};
 use larder_engine::{Config, Durability, Engine, Expiry, StoreMode};
-use std::time::{Duration, Instant};
-
-/// How long the sync thread may take to finish acknowledging a commit and
-/// turn back to batch work: far longer than it ever takes, so that only a
-/// thread that never turns back fails.
-const IDLE_WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn the_sync_thread_runs_as_a_batch_thread() {
@@ -39,19 +33,13 @@ fn the_sync_thread_runs_as_a_batch_thread() {
         // The commit returns once the sync thread has acknowledged it,
         // which it does as an ordinary thread (`as_ordinary`) before it
         // turns back to batch work and waits for the next group: the test
-        // can look in between. So it waits for the thread to be idle, a
-        // batch thread again, for at most `IDLE_WAIT`.
-        let deadline = Instant::now() + IDLE_WAIT;
-        let policy = loop {
-            // SAFETY: reads the policy of a thread of this process; a
-            // thread that has exited gives -1, which fails the assertion.
-            let policy = unsafe { libc::sched_getscheduler(tid) };
-            if policy == libc::SCHED_BATCH || Instant::now() > deadline {
-                break policy;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        assert_eq!(policy, libc::SCHED_BATCH, "thread {tid}");
+        // can look in between, so it waits for the thread to be idle.
+        // SAFETY: reads the policy of a thread of this process; a thread
+        // that has exited gives -1, which never satisfies the wait.
+        wait_until(
+            "the sync thread to be a batch thread between groups",
+            || unsafe { libc::sched_getscheduler(tid) == libc::SCHED_BATCH },
+        );
     }
     // Every other thread keeps the default policy: this test's own thread
     // at least, and whichever engine threads exist by now.

@@ -3,7 +3,7 @@
 //!
 //! The story: a connection stopped handling requests once its replies
 //! passed `WRITE_BUFFER_BYTES_SOFT_MAX`, but only between requests. One
-//! `get` line naming a 1 MiB value fifty thousand times (its 250 KiB line
+//! `get` line naming a 1 MiB value fifty thousand times (its 256 KiB line
 //! limit allows that) was answered into one buffer: 50 GiB, or the
 //! server's death by out-of-memory. Now such a request stops once its
 //! replies pass the limit, they are sent, and the same request carries on
