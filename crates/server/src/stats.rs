@@ -1,16 +1,17 @@
 //! The server's counters and the `stats` command's output.
 //!
-//! Each connection counts into counters of its own that only it writes (a
-//! load and a store per count, never a read-modify-write on a cache line
-//! another thread writes too); `stats` sums them over the open connections
-//! and the closed ones, as memcached sums its threads' counters.
+//! Each connection counts into counters that only it writes (a load and a
+//! store per count, never a read-modify-write on a cache line another
+//! thread writes too); `stats` sums them over every slot of counters, as
+//! memcached sums its threads' counters.
 
 use crate::config::ServerConfig;
 use bytes::BytesMut;
 use larder_engine::Stats as EngineStats;
 use larder_protocol::reply::{write_stat, write_stat_u64};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -20,8 +21,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 pub struct Counter(AtomicU64);
 
 impl Counter {
-    /// Adds `by`. Only the connection that owns the counter calls this, so
-    /// a plain load and store lose nothing.
+    /// Adds `by`. Only the connection that holds the counter's
+    /// [`OpenCounts`] can call this, so a plain load and store lose nothing.
     pub fn add(&self, by: u64) {
         self.0.store(
             self.0.load(Ordering::Relaxed).wrapping_add(by),
@@ -36,8 +37,10 @@ impl Counter {
 
 macro_rules! command_counts {
     ($($name:ident),* $(,)?) => {
-        /// One connection's counts (see [`Counts::open`]).
+        /// One slot of counts (see [`Counts`]), on cache lines of its own
+        /// so that connections on different threads never write one line.
         #[derive(Debug, Default)]
+        #[repr(align(64))]
         pub struct CommandCounts {
             $(
                 #[doc = concat!("memcached's `", stringify!($name), "`.")]
@@ -64,7 +67,7 @@ macro_rules! command_counts {
             fn since(&self, earlier: &CountTotals) -> CountTotals {
                 CountTotals {
                     $(
-                        $name: self.$name.saturating_sub(earlier.$name),
+                        $name: self.$name.wrapping_sub(earlier.$name),
                     )*
                 }
             }
@@ -107,39 +110,53 @@ command_counts!(
     server_errors,
 );
 
-/// Every connection's counts: the open connections' own, the closed ones'
-/// summed, and the sum at the last `stats reset`, which later sums are
-/// taken from.
+/// Every connection's counts, in slots that outlive their connections.
+///
+/// A connection takes a free slot when it opens and gives it back when it
+/// closes; the next connection to take the slot adds to what is already
+/// there. So the sum over all slots is the sum over every connection ever
+/// open, `stats` reads it without a lock that opening or closing a
+/// connection takes, and there are only as many slots as connections were
+/// ever open at once.
 #[derive(Debug, Default)]
 pub struct Counts {
-    all: Arc<Mutex<AllCounts>>,
+    registry: Arc<Registry>,
 }
 
 #[derive(Debug, Default)]
-struct AllCounts {
-    open: HashMap<u64, Arc<CommandCounts>>,
-    next_id: u64,
-    closed: CountTotals,
-    at_reset: CountTotals,
+struct Registry {
+    /// Never shrinks and never moves a slot, so it can be read while
+    /// connections take and return slots.
+    slots: boxcar::Vec<Arc<CommandCounts>>,
+    /// Indexes of the slots no open connection holds. Handing a slot over
+    /// through this lock is what makes the earlier owner's counts visible
+    /// to the next owner, which adds to them.
+    free: Mutex<Vec<usize>>,
+    /// The sum at the last `stats reset`, which later sums are taken from.
+    at_reset: Mutex<CountTotals>,
 }
 
-impl AllCounts {
+impl Registry {
     fn sum(&self) -> CountTotals {
-        let mut sum = self.closed;
-        for counts in self.open.values() {
+        let mut sum = CountTotals::default();
+        for (_, counts) in &self.slots {
             sum.add(counts);
         }
         sum
     }
 }
 
-/// A connection's counters, open until dropped; dropping adds them to the
-/// closed connections' sum.
+/// A connection's slot of counters, given back when dropped.
+///
+/// It is `Send` but not `Sync`: only the one connection that holds it can
+/// reach its counters to add to them, which is the single writer that
+/// [`Counter::add`] relies on.
 #[derive(Debug)]
 pub struct OpenCounts {
     counts: Arc<CommandCounts>,
-    id: u64,
-    all: Arc<Mutex<AllCounts>>,
+    slot: usize,
+    registry: Arc<Registry>,
+    _one_writer: PhantomData<Cell<()>>,
 }
 
 impl std::ops::Deref for OpenCounts {
@@ -152,40 +169,40 @@ impl std::ops::Deref for OpenCounts {
 
 impl Drop for OpenCounts {
     fn drop(&mut self) {
-        let mut all = self.all.lock();
-        all.open.remove(&self.id);
-        all.closed.add(&self.counts);
+        self.registry.free.lock().push(self.slot);
     }
 }
 
 impl Counts {
     /// Counters for a new connection, counted by `stats` from now on.
     pub fn open(&self) -> OpenCounts {
-        let counts = Arc::new(CommandCounts::default());
-        let id = {
-            let mut all = self.all.lock();
-            let id = all.next_id;
-            all.next_id += 1;
-            all.open.insert(id, Arc::clone(&counts));
-            id
-        };
+        let free = self.registry.free.lock().pop();
+        let slot =
+            free.unwrap_or_else(|| self.registry.slots.push(Arc::new(CommandCounts::default())));
         OpenCounts {
-            counts,
-            id,
-            all: Arc::clone(&self.all),
+            counts: Arc::clone(&self.registry.slots[slot]),
+            slot,
+            registry: Arc::clone(&self.registry),
+            _one_writer: PhantomData,
         }
     }
 
     /// Every connection's counts since the last `stats reset`.
     pub fn totals(&self) -> CountTotals {
-        let all = self.all.lock();
-        all.sum().since(&all.at_reset)
+        let sum = self.registry.sum();
+        sum.since(&self.registry.at_reset.lock())
     }
 
     /// `stats reset`: counts start again from zero.
     pub fn reset(&self) {
-        let mut all = self.all.lock();
-        all.at_reset = all.sum();
+        let mut at_reset = self.registry.at_reset.lock();
+        *at_reset = self.registry.sum();
+    }
+
+    /// How many slots there are: the most connections ever open at once.
+    #[cfg(test)]
+    fn slots(&self) -> usize {
+        self.registry.slots.count()
     }
 }
 
@@ -414,4 +431,75 @@ fn rusage() -> (String, String) {
     };
     let format = |time: libc::timeval| format!("{}.{:06}", time.tv_sec, time.tv_usec);
     (format(usage.ru_utime), format(usage.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_connections_counts_stay_and_a_reset_starts_from_zero() {
+        let counts = Counts::default();
+        let first = counts.open();
+        first.cmd_get.add(3);
+        drop(first);
+        let second = counts.open();
+        second.cmd_get.add(2);
+        second.get_hits.add(1);
+        assert_eq!(counts.totals().cmd_get, 5);
+        assert_eq!(counts.totals().get_hits, 1);
+
+        counts.reset();
+        assert_eq!(counts.totals().cmd_get, 0);
+        second.cmd_get.add(4);
+        drop(second);
+        assert_eq!(counts.totals().cmd_get, 4);
+        assert_eq!(counts.totals().get_hits, 0);
+    }
+
+    #[test]
+    fn there_are_only_as_many_slots_as_connections_open_at_once() {
+        let counts = Counts::default();
+        for _ in 0..3 {
+            let open: Vec<OpenCounts> = (0..10).map(|_| counts.open()).collect();
+            for connection in &open {
+                connection.cmd_set.add(1);
+            }
+        }
+        assert_eq!(counts.slots(), 10);
+        assert_eq!(counts.totals().cmd_set, 30);
+
+        let open: Vec<OpenCounts> = (0..11).map(|_| counts.open()).collect();
+        assert_eq!(counts.slots(), 11);
+        drop(open);
+        assert_eq!(counts.totals().cmd_set, 30);
+    }
+
+    #[test]
+    fn counts_handed_between_threads_through_reused_slots_add_up() {
+        const THREADS: u64 = 4;
+        const CONNECTIONS: u64 = 2_000;
+        let counts = Counts::default();
+        std::thread::scope(|scope| {
+            for _ in 0..THREADS {
+                scope.spawn(|| {
+                    for _ in 0..CONNECTIONS {
+                        let connection = counts.open();
+                        for _ in 0..10 {
+                            connection.cmd_get.add(1);
+                        }
+                        connection.bytes_read.add(7);
+                    }
+                });
+            }
+            // `stats` reads while the slots change hands.
+            for _ in 0..100 {
+                assert!(counts.totals().cmd_get <= THREADS * CONNECTIONS * 10);
+            }
+        });
+        let totals = counts.totals();
+        assert_eq!(totals.cmd_get, THREADS * CONNECTIONS * 10);
+        assert_eq!(totals.bytes_read, THREADS * CONNECTIONS * 7);
+        assert!(counts.slots() as u64 <= THREADS);
+    }
 }
