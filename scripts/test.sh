@@ -20,6 +20,7 @@ REPO="$(pwd)"
 
 PYMEMCACHE_VERSION=4.0.0
 PYTEST_VERSION=9.2.0
+BMEMCACHED_VERSION=0.33.0
 APT_PACKAGES=(memcached libmemcached-tools python3-venv mariadb-server mariadb-client sysbench time valgrind strace)
 
 STARTED=$SECONDS
@@ -76,7 +77,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 echo "$(go version) | $(java -version 2>&1 | head -n 1) | maven $(mvn -B -v 2>/dev/null | head -n 1 | awk '{print $3}') | node $(node --version) | npm $(npm --version)"
 
-section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION pytest==$PYTEST_VERSION"
+section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION python-binary-memcached==$BMEMCACHED_VERSION pytest==$PYTEST_VERSION"
 # Debian's python3 (python3-venv is installed for it); any python3 otherwise.
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
@@ -85,8 +86,9 @@ if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
-    "pymemcache==$PYMEMCACHE_VERSION" "pytest==$PYTEST_VERSION" </dev/null
-.venv/bin/python -c 'import pymemcache, pytest; print("pymemcache", pymemcache.__version__, "pytest", pytest.__version__)'
+    "pymemcache==$PYMEMCACHE_VERSION" "python-binary-memcached==$BMEMCACHED_VERSION" \
+    "pytest==$PYTEST_VERSION" </dev/null
+.venv/bin/python -c 'import pymemcache, bmemcached, pytest; print("pymemcache", pymemcache.__version__, "pytest", pytest.__version__)'
 
 if [ "${LARDER_TEST_SKIP_LINT:-0}" != 1 ]; then
     section "cargo fmt --all -- --check"

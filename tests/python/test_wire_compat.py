@@ -241,6 +241,8 @@ CASES: List[Case] = [
         [b"ms {k} 1\r\nx\r\n", b"me {k}\r\n"],
         differs="me prints memcached internals (slab class cls=, item size=) that larder does not have",
     ),
+    # Only a connection's first byte chooses the binary protocol; later, 0x80 is text.
+    Case("binary_magic_after_text_is_a_text_line", [b"get {k}\r\n", b"\x80\x00 {k}\r\n"]),
     Case("meta_pipelined_quiet", [b"ms {k}a 1 q\r\na\r\nms {k}b 1 q\r\nb\r\nmg {k}a v q k\r\nmg {k}x v q k\r\nmg {k}b v q k\r\nmn\r\n"]),
 ]
 
@@ -467,21 +469,62 @@ def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_
     assert stored == b"STORED\r\nVALUE exactly_one_mib 0 %d\r\n" % MB + value + b"\r\nEND\r\n", stored[:200]
 
 
-def test_a_binary_protocol_request_gets_no_reply_and_a_close_past_the_line_limit(module_larder):
-    # A binary `get` (magic 0x80, opcode 0x00) of key "hello": 24-byte header, no newline.
-    request = bytes([0x80, 0x00, 0x00, 0x05]) + bytes(4) + (5).to_bytes(4, "big") + bytes(12) + b"hello"
-    with socket.create_connection(module_larder.address, timeout=STEP_TIMEOUT_S) as sock:
-        sock.sendall(request)
-        sock.settimeout(0.5)
-        with pytest.raises(socket.timeout):
-            sock.recv(1)  # no reply: Larder waits for the end of a command line
-        sock.sendall(bytes(2048))  # still no newline: past the 2048-byte line limit
-        sock.settimeout(5)
+def binary_request(opcode: int, key: bytes, opaque: int) -> bytes:
+    """A binary-protocol request with no extras and no value."""
+    header = bytes([0x80, opcode]) + len(key).to_bytes(2, "big") + bytes(4)
+    return header + len(key).to_bytes(4, "big") + opaque.to_bytes(4, "big") + bytes(8) + key
+
+
+def read_to_close(sock: socket.socket) -> bytes:
+    sock.settimeout(5)
+    reply = b""
+    while True:
         try:
-            rest = sock.recv(1 << 16)
+            data = sock.recv(1 << 16)
         except ConnectionResetError:
-            rest = b""
-        assert rest == b"", rest[:200]  # closed, without a reply
+            break
+        if not data:
+            break
+        reply += data
+    return reply
+
+
+@pytest.mark.parametrize("split", [None, 1, 23], ids=["whole", "split_after_1", "split_after_23"])
+def test_a_binary_protocol_request_is_answered_not_supported_in_that_protocol(module_larder, split):
+    # A binary `get` (opcode 0x00) of key "hello", whose header may come in two parts.
+    request = binary_request(0x00, b"hello", opaque=0xDEADBEEF)
+    with socket.create_connection(module_larder.address, timeout=STEP_TIMEOUT_S) as sock:
+        if split is not None:
+            sock.sendall(request[:split])
+            sock.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                sock.recv(1)  # no reply before the whole 24-byte header
+            request = request[split:]
+        sock.sendall(request)
+        reply = read_to_close(sock)
+    header, body = reply[:24], reply[24:]
+    assert header[0] == 0x81, reply[:200]  # a binary response
+    assert header[1] == 0x00, reply[:200]  # to the request's opcode
+    assert int.from_bytes(header[6:8], "big") == 0x0083, reply[:200]  # Not supported
+    assert int.from_bytes(header[8:12], "big") == len(body), reply[:200]
+    assert header[12:16] == (0xDEADBEEF).to_bytes(4, "big"), reply[:200]  # the request's opaque
+    assert b"not the binary protocol" in body, body
+    # Then closed: nothing after the one response.
+
+
+def test_a_binary_client_gets_its_error_at_once(module_larder):
+    import bmemcached
+    from bmemcached.exceptions import MemcachedException
+
+    host, port = module_larder.address
+    client = bmemcached.Client([f"{host}:{port}"])
+    try:
+        with pytest.raises(MemcachedException) as raised:
+            client.get("binary_client_probe")
+    finally:
+        client.disconnect_all()
+    assert raised.value.code == 0x0083, raised.value
+    assert "not the binary protocol" in str(raised.value), raised.value
 
 
 def main(argv: Sequence[str]) -> int:

@@ -52,6 +52,7 @@
 #![forbid(unsafe_code)]
 
 mod base64;
+pub mod binary;
 pub mod error;
 pub mod limits;
 mod line;

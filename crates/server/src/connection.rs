@@ -15,7 +15,7 @@ use crate::limits::{
 };
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
-use larder_protocol::{parse, MetaKey, ParseError, Parsed, Request};
+use larder_protocol::{binary, parse, MetaKey, ParseError, Parsed, Request};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -44,6 +44,7 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::
         stream,
         input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
         discard_bytes: 0,
+        protocol_known: false,
         session: Session::new(Arc::clone(&shared)),
     };
     // One wait for the shutdown for the connection's whole life, rather
@@ -68,6 +69,9 @@ struct Connection {
     input: BytesMut,
     /// Bytes of a rejected data block still to be swallowed.
     discard_bytes: u64,
+    /// Whether the connection's first byte has come and was not a binary
+    /// request's (see [`Connection::refuse_binary`]).
+    protocol_known: bool,
     session: Session,
 }
 
@@ -141,6 +145,13 @@ impl Connection {
     /// or one that is refused) is dealt with once every request before it
     /// has been handled.
     fn process(&mut self) -> Processed {
+        if !self.protocol_known {
+            match self.input.first() {
+                None => return Processed::NeedInput,
+                Some(&binary::REQUEST_MAGIC) => return self.refuse_binary(),
+                Some(_) => self.protocol_known = true,
+            }
+        }
         let limits = self.session.shared.limits;
         loop {
             if self.discard_bytes > 0 {
@@ -237,6 +248,20 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Answers a connection that opened with a binary request: once its
+    /// header is in, with the binary protocol's "Not supported" (the
+    /// message says which protocols to use), then closes the connection.
+    /// As in memcached, only the first byte chooses: later input is text,
+    /// whatever its bytes.
+    fn refuse_binary(&mut self) -> Processed {
+        let Some(header) = self.input.first_chunk::<{ binary::HEADER_BYTES }>() else {
+            return Processed::NeedInput;
+        };
+        binary::write_not_supported(&mut self.session.output, header);
+        tracing::debug!("a client spoke memcached's binary protocol: answered Not supported");
+        Processed::Close(End::ProtocolClose)
     }
 
     /// Commits the batch's writes, then sends its replies.
