@@ -153,6 +153,7 @@ impl Registry {
 /// [`Counter::add`] relies on.
 #[derive(Debug)]
 pub struct OpenCounts {
+    /// The slot's counters, held here so that counting looks nothing up.
     counts: Arc<CommandCounts>,
     slot: usize,
     registry: Arc<Registry>,
