@@ -97,6 +97,17 @@ CASES: List[Case] = [
     Case("set_too_large", [big_set("{k}", 2 * MB), b"get {k}\r\n"]),
     # memcached unlinks the old item when a set is refused as too large.
     Case("set_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", big_set("{k}", MB + 1), b"get {k}\r\n"]),
+    # ... but a refused add, replace, append, prepend or cas leaves it.
+    Case("add_too_large_keeps_old_value", [b"set {k} 0 0 1\r\no\r\n", big_set("{k}", MB + 1).replace(b"set", b"add", 1), b"get {k}\r\n"]),
+    Case("replace_too_large_keeps_old_value", [b"set {k} 0 0 1\r\no\r\n", big_set("{k}", MB + 1).replace(b"set", b"replace", 1), b"get {k}\r\n"]),
+    Case("append_too_large_keeps_old_value", [b"set {k} 0 0 1\r\no\r\n", big_set("{k}", MB + 1).replace(b"set", b"append", 1), b"get {k}\r\n"]),
+    Case("prepend_too_large_keeps_old_value", [b"set {k} 0 0 1\r\no\r\n", big_set("{k}", MB + 1).replace(b"set", b"prepend", 1), b"get {k}\r\n"]),
+    Case("cas_too_large_keeps_old_value", [b"set {k} 0 0 1\r\no\r\n", b"cas {k} 0 0 %d 1\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
+    # A refused ms removes the old value whatever its mode, base64 keys too.
+    Case("ms_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", b"ms {k} %d\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
+    Case("ms_add_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", b"ms {k} %d ME\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
+    Case("ms_append_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", b"ms {k} %d MA\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
+    Case("ms_base64_too_large_removes_old_value", [b"set b64toolarge 0 0 1\r\no\r\n", b"ms YjY0dG9vbGFyZ2U= %d b\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get b64toolarge\r\n"]),
     Case("set_missing_length", [b"set {k} 0 0\r\n", b"get {k}\r\n"]),
     Case("set_no_args", [b"set\r\n"]),
     Case("set_too_many_tokens", [b"set {k} 0 0 1 noreply extra\r\nx\r\n", b"get {k}\r\n"]),

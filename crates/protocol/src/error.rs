@@ -6,6 +6,7 @@
 //! how many not-yet-received bytes to swallow, and whether to hang up. Every
 //! reply string here was checked against a running memcached 1.6.18.
 
+use crate::request::{KeyBytes, MetaKey};
 use thiserror::Error;
 
 /// Which rule the input broke. `Display` gives the reply line memcached sends
@@ -157,11 +158,14 @@ pub struct ParseError {
     /// The request asked for `noreply`, and memcached honours that even for
     /// errors of the text protocol, so no reply is written.
     pub noreply: bool,
-    /// For a storage command refused as too large: where its key lies in
-    /// the parsed buffer (start, length). memcached removes the key's old
-    /// value in that case, so a client never reads a stale value after a
-    /// failed update; see [`ParseError::rejected_key`].
+    /// For a `set` or `ms` refused as too large: where its key lies in the
+    /// parsed buffer (start, length). memcached removes the key's old value
+    /// then, so a client never reads a stale value after a failed update;
+    /// see [`ParseError::rejected_key`]. Not for `add`, `replace`, `append`,
+    /// `prepend` or `cas`, whose refusal leaves the old value as it is.
     pub key_span: Option<(usize, usize)>,
+    /// Whether the key at [`ParseError::key_span`] is base64 (`ms ... b`).
+    pub key_base64: bool,
 }
 
 impl ParseError {
@@ -173,22 +177,26 @@ impl ParseError {
             discard_bytes: 0,
             noreply: false,
             key_span: None,
+            key_base64: false,
         }
     }
 
-    /// The same error, naming the refused request's key.
-    pub(crate) const fn with_key_span(self, start: usize, len: usize) -> Self {
+    /// The same error, naming the refused request's key: `len` bytes at
+    /// `start`, base64 text if `base64` (already known to decode).
+    pub(crate) const fn with_key_span(self, start: usize, len: usize, base64: bool) -> Self {
         ParseError {
             key_span: Some((start, len)),
+            key_base64: base64,
             ..self
         }
     }
 
-    /// The key of a storage command refused as too large, read from the
-    /// buffer that was parsed (before dropping [`ParseError::consumed`]).
-    pub fn rejected_key<'a>(&self, buf: &'a [u8]) -> Option<&'a [u8]> {
+    /// The key whose old value a refusal as too large removes, read from
+    /// the buffer that was parsed (before dropping [`ParseError::consumed`]).
+    pub fn rejected_key<'a>(&self, buf: &'a [u8]) -> Option<KeyBytes<'a>> {
         let (start, len) = self.key_span?;
-        buf.get(start..start.checked_add(len)?)
+        let wire = buf.get(start..start.checked_add(len)?)?;
+        Some(MetaKey::new(wire, self.key_base64).bytes())
     }
 
     /// The same error, answered only if `noreply` is false.

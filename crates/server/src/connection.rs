@@ -15,7 +15,7 @@ use crate::limits::{
 };
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
-use larder_protocol::{binary, parse, MetaKey, ParseError, Parsed, Request};
+use larder_protocol::{binary, parse, ErrorKind, MetaKey, ParseError, Parsed, Request};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -234,8 +234,9 @@ impl Connection {
                     return Processed::NeedInput;
                 }
                 Some(Stop::Refused(error)) => {
-                    if let Some(key) = error.rejected_key(&self.input) {
-                        self.session.refused_too_large(key);
+                    if error.kind == ErrorKind::ObjectTooLarge {
+                        let key = error.rejected_key(&self.input);
+                        self.session.refused_too_large(key.as_deref());
                     }
                     if let Some(text) = error.reply() {
                         self.session.output.extend_from_slice(text);

@@ -112,10 +112,12 @@ impl Session {
         reply::write_server_error(&mut self.output, message.as_bytes());
     }
 
-    /// A storage command was refused as too large: like memcached, remove
-    /// the key's old value so no client reads it as if the update had won.
-    pub fn refused_too_large(&mut self, key: &[u8]) {
+    /// A storage command was refused as too large. For a `set` or `ms`
+    /// (`key` is then given), like memcached, remove the key's old value so
+    /// no client reads it as if the update had won.
+    pub fn refused_too_large(&mut self, key: Option<&[u8]>) {
         self.counts.store_too_large.add(1);
+        let Some(key) = key else { return };
         match self.engine().delete(key, None) {
             Ok((_, ticket)) => self.wrote(ticket),
             Err(error) => tracing::warn!(%error, "removing the value of a refused update"),

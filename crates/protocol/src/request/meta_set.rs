@@ -81,7 +81,13 @@ pub(crate) fn parse<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, ParseError>
         return Err(swallow(ErrorKind::OpaqueTooLong));
     }
     if value_bytes > cmd.limits.item_bytes_max() {
-        return Err(swallow(ErrorKind::ObjectTooLarge));
+        // memcached removes the old value after a refused `ms` in any mode.
+        let key = parsed.key.wire();
+        return Err(swallow(ErrorKind::ObjectTooLarge).with_key_span(
+            cmd.offset_of(key),
+            key.len(),
+            parsed.key.is_base64(),
+        ));
     }
     match cmd.data_block(value_bytes) {
         DataBlock::Incomplete { frame_bytes } => Ok(Parsed::Incomplete {
@@ -192,6 +198,23 @@ mod tests {
             assert_eq!(refused.consumed, input.len(), "{input:?}");
             assert_eq!(refused.discard_bytes, 3, "{input:?}");
         }
+    }
+
+    #[test]
+    fn a_refused_ms_names_its_key_for_removal_in_every_mode() {
+        for mode in ["", " MS", " ME", " MA", " MP", " MR"] {
+            let buf = format!("ms key 2000000{mode}\r\n");
+            let refused = error(buf.as_bytes());
+            assert_eq!(refused.kind, ErrorKind::ObjectTooLarge, "{mode}");
+            assert_eq!(
+                refused.rejected_key(buf.as_bytes()).as_deref(),
+                Some(&b"key"[..]),
+                "{mode}"
+            );
+        }
+        // A base64 key is named decoded: "a2V5" is "key".
+        let buf = b"ms a2V5 2000000 b\r\n";
+        assert_eq!(error(buf).rejected_key(buf).as_deref(), Some(&b"key"[..]));
     }
 
     #[test]

@@ -94,12 +94,17 @@ pub(crate) fn parse<'a>(cmd: &Command<'a, '_>, name: &[u8]) -> Result<Parsed<'a>
         let swallow = u64::try_from(value_bytes)
             .unwrap_or(u64::MAX)
             .saturating_add(2);
-        let key = cmd.word(1);
-        return Err(cmd
+        let refused = cmd
             .reject(ErrorKind::ObjectTooLarge)
             .swallowing(swallow)
-            .quiet_if(noreply)
-            .with_key_span(cmd.offset_of(key), key.len()));
+            .quiet_if(noreply);
+        // memcached removes the old value after a refused `set` only: the
+        // other commands promise to leave it unless they succeed.
+        if command != StoreCommand::Set {
+            return Err(refused);
+        }
+        let key = cmd.word(1);
+        return Err(refused.with_key_span(cmd.offset_of(key), key.len(), false));
     }
     match cmd.data_block(value_bytes) {
         DataBlock::Incomplete { frame_bytes } => Ok(Parsed::Incomplete {
@@ -226,11 +231,23 @@ mod tests {
     }
 
     #[test]
+    fn only_a_refused_set_names_its_key_for_removal() {
+        for command in ["add", "replace", "append", "prepend"] {
+            let buf = format!("{command} a 0 0 2000000\r\n");
+            let refused = error(buf.as_bytes());
+            assert_eq!(refused.kind, ErrorKind::ObjectTooLarge, "{command}");
+            assert!(refused.rejected_key(buf.as_bytes()).is_none(), "{command}");
+        }
+        let buf = b"cas a 0 0 2000000 7\r\n";
+        assert!(error(buf).rejected_key(buf).is_none());
+    }
+
+    #[test]
     fn a_too_large_value_is_refused_before_it_arrives() {
         let buf = b"set a 0 0 2000000\r\n";
         let refused = error(buf);
         assert_eq!(refused.kind, ErrorKind::ObjectTooLarge);
-        assert_eq!(refused.rejected_key(buf), Some(&b"a"[..]));
+        assert_eq!(refused.rejected_key(buf).as_deref(), Some(&b"a"[..]));
         assert_eq!(refused.consumed, 19);
         assert_eq!(refused.discard_bytes, 2_000_002);
         assert_eq!(
