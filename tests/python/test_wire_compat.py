@@ -108,6 +108,12 @@ CASES: List[Case] = [
     Case("ms_add_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", b"ms {k} %d ME\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
     Case("ms_append_too_large_removes_old_value", [b"set {k} 0 0 1\r\no\r\n", b"ms {k} %d MA\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get {k}\r\n"]),
     Case("ms_base64_too_large_removes_old_value", [b"set b64toolarge 0 0 1\r\no\r\n", b"ms YjY0dG9vbGFyZ2U= %d b\r\n" % (MB + 1) + b"v" * (MB + 1) + b"\r\n", b"get b64toolarge\r\n"]),
+    # Nothing grows an item past the item size limit.
+    Case("append_past_item_limit", [big_set("{k}", 600000), big_set("{k}", 600000).replace(b"set", b"append", 1), b"mg {k} s\r\n"]),
+    Case("prepend_past_item_limit", [big_set("{k}", 600000), big_set("{k}", 600000).replace(b"set", b"prepend", 1), b"mg {k} s\r\n"]),
+    Case("append_past_item_limit_noreply", [big_set("{k}", 600000), b"append {k} 0 0 600000 noreply\r\n" + b"v" * 600000 + b"\r\n", b"mg {k} s\r\n"]),
+    Case("ms_append_past_item_limit", [big_set("{k}", 600000), b"ms {k} 600000 MA\r\n" + b"v" * 600000 + b"\r\n", b"mg {k} s\r\n"]),
+    Case("ms_prepend_past_item_limit_quiet", [big_set("{k}", 600000), b"ms {k} 600000 MP q\r\n" + b"v" * 600000 + b"\r\n", b"mg {k} s\r\n"]),
     Case("set_missing_length", [b"set {k} 0 0\r\n", b"get {k}\r\n"]),
     Case("set_no_args", [b"set\r\n"]),
     Case("set_too_many_tokens", [b"set {k} 0 0 1 noreply extra\r\nx\r\n", b"get {k}\r\n"]),

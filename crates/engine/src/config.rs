@@ -66,6 +66,10 @@ pub struct Config {
     /// under this budget; past it, only keys and locations stay in memory and
     /// values are read from the segment files.
     pub cache_bytes_max: u64,
+    /// The longest value an `append` or `prepend` may make: one that would
+    /// be longer is not stored, as memcached refuses to grow an item past
+    /// its item size limit. At most 4 GiB - 1, the record format's limit.
+    pub value_bytes_max: u32,
     /// Number of keydir partitions, each behind its own lock. Rounded up to
     /// a power of two, and at most 65,536 (so that the partition bits stay
     /// clear of the bits each table compares before reading an entry).
@@ -99,6 +103,7 @@ impl Config {
             durability: Durability::EverySec,
             segment_bytes_max: Self::SEGMENT_BYTES_MAX_DEFAULT,
             cache_bytes_max: Self::CACHE_BYTES_MAX_DEFAULT,
+            value_bytes_max: u32::MAX,
             partitions: Self::PARTITIONS_DEFAULT,
             compaction_dead_ratio_min: 0.5,
             background_threads: true,

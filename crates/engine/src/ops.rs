@@ -268,7 +268,9 @@ impl Inner {
 
 impl Engine {
     /// Stores a value with memcached's set/add/replace/append/prepend/cas
-    /// semantics. Append and prepend keep the item's flags and expiry.
+    /// semantics. Append and prepend keep the item's flags and expiry, and
+    /// are [`StoreOutcome::NotStored`] when the value they would make is
+    /// longer than [`crate::Config::value_bytes_max`].
     ///
     /// The write is visible to readers at once and acknowledged once
     /// [`Engine::commit`] of the returned ticket returns.
@@ -310,6 +312,12 @@ impl Engine {
             }
             (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => {
                 return Ok((StoreOutcome::Exists, Ticket::NONE))
+            }
+            (StoreMode::Append | StoreMode::Prepend, Some(entry))
+                if u64::from(entry.value_len()) + value.len() as u64
+                    > u64::from(inner.config.value_bytes_max) =>
+            {
+                return Ok((StoreOutcome::NotStored, Ticket::NONE))
             }
             (StoreMode::Append, Some(entry)) => {
                 let mut combined = inner.current_value(entry)?;

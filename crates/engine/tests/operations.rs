@@ -56,6 +56,37 @@ fn add_replace_append_prepend_follow_memcached() {
 }
 
 #[test]
+fn append_and_prepend_never_grow_a_value_past_the_limit() {
+    let fs = MemFs::new();
+    let mut config = config(Durability::Always);
+    config.value_bytes_max = 8;
+    let engine = open(&fs, &config, &Clock::system());
+    assert!(matches!(
+        store(&engine, StoreMode::Set, b"k", b"12345"),
+        StoreOutcome::Stored { .. }
+    ));
+    // Up to the limit exactly...
+    assert!(matches!(
+        store(&engine, StoreMode::Append, b"k", b"67"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert!(matches!(
+        store(&engine, StoreMode::Prepend, b"k", b"0"),
+        StoreOutcome::Stored { .. }
+    ));
+    // ... and not one byte past it, either way round.
+    assert_eq!(
+        store(&engine, StoreMode::Append, b"k", b"8"),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(
+        store(&engine, StoreMode::Prepend, b"k", b"x"),
+        StoreOutcome::NotStored
+    );
+    assert_eq!(value(&engine, b"k").unwrap(), b"01234567");
+}
+
+#[test]
 fn cas_succeeds_only_with_the_current_unique() {
     let fs = MemFs::new();
     let engine = open(&fs, &config(Durability::None), &Clock::system());

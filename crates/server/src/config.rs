@@ -239,6 +239,7 @@ impl ServerConfig {
         config.durability = self.durability;
         config.cache_bytes_max = self.memory_limit_mb.saturating_mul(1 << 20);
         config.segment_bytes_max = self.segment_bytes_max;
+        config.value_bytes_max = u32::try_from(self.max_item_size).unwrap_or(u32::MAX);
         config.salvage = self.salvage;
         config
     }
