@@ -252,6 +252,7 @@ CASES: List[Case] = [
     Case("ma_non_numeric", [b"ms {k} 3\r\nabc\r\n", b"ma {k}\r\n"]),
     Case("ma_bad_delta", [b"ms {k} 1\r\n1\r\n", b"ma {k} Dabc\r\n"]),
     Case("ma_quiet_miss", [b"ma {k} q\r\n"]),
+    Case("ma_quiet_hides_the_value_too", [b"set {k} 0 0 1\r\n1\r\n", b"ma {k} q v\r\nma {k} q v t\r\nma {k} q\r\nmg {k} v\r\n"]),
     Case("me_missing", [b"me {k}\r\n"]),
     Case(
         "me_existing",

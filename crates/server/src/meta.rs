@@ -167,21 +167,13 @@ impl Session {
             StoreOutcome::NotFound => (MetaStatus::NotFound, None),
         };
         if flags.quiet && status == MetaStatus::Header {
-            return;
+            return self.ack_quietly();
         }
         let start = self.output.len();
         self.meta_status(status, &set.key, flags, cas);
         if status == MetaStatus::Header {
-            self.mark_ack(start);
+            self.ack_since(start);
         }
-    }
-
-    /// Records `output[start..]` as an acknowledgement of a write.
-    fn mark_ack(&mut self, start: usize) {
-        let end = self.output.len();
-        let tail = self.output.split_off(start);
-        self.ack(|out| out.extend_from_slice(&tail));
-        debug_assert_eq!(self.output.len(), end);
     }
 
     /// md.
@@ -215,12 +207,12 @@ impl Session {
             DeleteOutcome::Exists => MetaStatus::Exists,
         };
         if flags.quiet && status == MetaStatus::Header {
-            return;
+            return self.ack_quietly();
         }
         let start = self.output.len();
         self.meta_status(status, &delete.key, flags, None);
         if status == MetaStatus::Header {
-            self.mark_ack(start);
+            self.ack_since(start);
         }
     }
 
@@ -271,8 +263,9 @@ impl Session {
                 Err(error) => return self.engine_error(&error),
             }
         }
-        if flags.quiet && !flags.return_value {
-            return;
+        // memcached hides every success of a quiet `ma`, its value too.
+        if flags.quiet {
+            return self.ack_quietly();
         }
         let mut info = ItemInfo {
             cas: Some(cas),
@@ -296,7 +289,7 @@ impl Session {
             self.output.extend_from_slice(text.as_bytes());
             self.output.extend_from_slice(VALUE_TRAILER);
         }
-        self.mark_ack(start);
+        self.ack_since(start);
     }
 
     /// me: a debug line about an item.

@@ -96,7 +96,21 @@ impl Session {
     pub(crate) fn ack(&mut self, write: impl FnOnce(&mut BytesMut)) {
         let start = self.output.len();
         write(&mut self.output);
+        self.ack_since(start);
+    }
+
+    /// Records `output[start..]` as the acknowledgement of a write of this
+    /// batch.
+    pub(crate) fn ack_since(&mut self, start: usize) {
         self.acks.push(start..self.output.len());
+    }
+
+    /// A write of this batch succeeded quietly (a meta command's `q`): no
+    /// reply now, but if the batch's commit fails, an error goes here, as
+    /// `q` hides successes only.
+    pub(crate) fn ack_quietly(&mut self) {
+        let at = self.output.len();
+        self.acks.push(at..at);
     }
 
     /// Replies to an engine error with memcached's `SERVER_ERROR` line,
@@ -124,7 +138,8 @@ impl Session {
         }
     }
 
-    /// The batch's commit failed: every acknowledgement becomes an error.
+    /// The batch's commit failed: every acknowledgement becomes an error,
+    /// and every quiet success gets one.
     pub fn fail_acks(&mut self, error: &EngineError) {
         let message = format!("SERVER_ERROR write not durable, retry later: {error}")
             .replace(['\r', '\n'], " ");
@@ -178,5 +193,71 @@ impl Session {
             Request::MetaDebug(debug) => self.meta_debug(&debug),
         }
         Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larder_engine::fs::{FaultKind, MemFs};
+    use larder_engine::{Clock, Config, Durability};
+    use larder_protocol::{parse, Parsed};
+
+    /// A session over an engine on `fs` that acknowledges after a sync.
+    fn session(fs: &MemFs) -> Session {
+        let mut config = Config::new("/data");
+        config.durability = Durability::Always;
+        config.background_threads = false;
+        let engine = Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap();
+        Session::new(Arc::new(Shared {
+            engine: Arc::new(engine),
+            stats: ServerStats::default(),
+            config: ServerConfig::default(),
+            limits: Limits::default(),
+        }))
+    }
+
+    /// Handles every request of `input` as one batch.
+    fn handle_all(session: &mut Session, mut input: &[u8]) {
+        while !input.is_empty() {
+            let Ok(Parsed::Complete {
+                request,
+                frame_bytes,
+            }) = parse(input, &Limits::default())
+            else {
+                panic!(
+                    "not one whole request: {:?}",
+                    input.escape_ascii().to_string()
+                );
+            };
+            assert_eq!(session.handle(request), Flow::Continue);
+            input = input.get(frame_bytes..).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_answers_every_write_of_the_batch_the_quiet_ones_too() {
+        let fs = MemFs::new();
+        let mut session = session(&fs);
+        handle_all(
+            &mut session,
+            b"ms a 1 q\r\nx\r\nmn\r\nms b 1\r\ny\r\nmd b q\r\nma n q N0\r\n\
+              ma n q v\r\nmg zz q v\r\nset s 0 0 1\r\nz\r\nmn\r\n",
+        );
+        // Every success is hidden but `ms b`'s `HD` and `set`'s `STORED`.
+        assert_eq!(session.output.as_ref(), b"MN\r\nHD\r\nSTORED\r\nMN\r\n");
+        fs.inject(FaultKind::EioOnSync);
+        let error = session.engine().commit(session.ticket).unwrap_err();
+        session.fail_acks(&error);
+        let output = String::from_utf8(session.output.to_vec()).unwrap();
+        let lines: Vec<&str> = output.split_terminator("\r\n").collect();
+        let failed = |line: &&str| line.starts_with("SERVER_ERROR write not durable");
+        // The quiet ms, then `MN`, then ms b, md b, both ma, then `set`, then `MN`;
+        // the quiet miss of `mg` stays quiet.
+        assert_eq!(lines.len(), 8, "{output}");
+        assert!(failed(&lines[0]), "{output}");
+        assert_eq!(lines[1], "MN");
+        assert!(lines[2..7].iter().all(failed), "{output}");
+        assert_eq!(lines[7], "MN");
     }
 }
