@@ -112,6 +112,7 @@ impl Server {
         let limits = Limits::default()
             .with_item_bytes_max(config.max_item_size)
             .map_err(|e| ConfigError(format!("max item size: {e}")))?;
+        make_room_for_connections(config.max_connections);
         let engine_config = config.engine_config();
         let engine =
             tokio::task::spawn_blocking(move || larder_engine::Engine::open(engine_config))
@@ -146,14 +147,38 @@ impl Server {
         let (stop_sender, stop) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut connections = JoinSet::new();
+        let mut accepts_failing = false;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    accept(stream, &shared, &permits, &stop, &mut connections);
-                }
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        if std::mem::take(&mut accepts_failing) {
+                            tracing::info!("accepting connections again");
+                        }
+                        accept(stream, &shared, &permits, &stop, &mut connections);
+                    }
+                    Err(error) if out_of_resources(&error) => {
+                        if !std::mem::replace(&mut accepts_failing, true) {
+                            tracing::warn!(
+                                %error,
+                                "cannot accept a connection; retrying every {} ms \
+                                 or when a connection closes (raise the open files \
+                                 limit, ulimit -n, above -c)",
+                                limits::ACCEPT_PAUSE.as_millis()
+                            );
+                        }
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = tokio::time::sleep(limits::ACCEPT_PAUSE) => {}
+                            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        }
+                    }
+                    // The client gave up before it was accepted, or the
+                    // like: nothing to wait for.
+                    Err(_) => {}
+                },
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
         }
@@ -191,6 +216,52 @@ impl Server {
     pub fn engine(&self) -> Arc<larder_engine::Engine> {
         Arc::clone(&self.shared.engine)
     }
+}
+
+/// File descriptors the server needs besides one per connection: the
+/// listener, segment and hint files, the log's directory, standard streams.
+const FILES_BESIDES_CONNECTIONS: u64 = 64;
+
+/// Raises the soft limit on open files, as memcached does, so that
+/// `max_connections` connections fit; warns if the hard limit is too low.
+fn make_room_for_connections(max_connections: usize) {
+    let wanted = (max_connections as u64).saturating_add(FILES_BESIDES_CONNECTIONS);
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the one rlimit passed,
+    // which is valid for both.
+    let open_files = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= wanted {
+            return;
+        }
+        let before = limit.rlim_cur;
+        limit.rlim_cur = wanted.min(limit.rlim_max);
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+            limit.rlim_cur
+        } else {
+            before
+        }
+    };
+    if open_files < wanted {
+        tracing::warn!(
+            open_files,
+            max_connections,
+            "the open files limit is below -c plus {FILES_BESIDES_CONNECTIONS}: connections \
+             past it wait to be accepted until others close (raise ulimit -n)"
+        );
+    }
+}
+
+/// Whether a failed accept ran out of something the process or the
+/// machine must first get back (file descriptors, memory), rather than
+/// failed for the one connection.
+fn out_of_resources(error: &std::io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 /// Opens the listening socket with a backlog deep enough for a burst of

@@ -39,6 +39,11 @@ pub const PARTIAL_REQUEST_TIMEOUT_MAX: Duration = Duration::from_secs(60 * 60);
 /// How long writing replies to a client that does not read may block before
 /// the connection is closed.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the listener stops accepting after running out of file
+/// descriptors or memory for a new connection (unless a connection ends
+/// first): the waiting connection stays ready to accept, so accepting again
+/// at once would only fail again, at the cost of a whole core.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// How long graceful shutdown waits for connections to finish their
 /// current requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

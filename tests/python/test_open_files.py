@@ -1,0 +1,101 @@
+"""Larder and the limit on open files.
+
+memcached raises its soft limit on open files to fit its connections, and
+stops accepting while it has no descriptor left; Larder does the same. These
+tests start a real server and change its limit from outside with prlimit.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import time
+from typing import List
+
+from conftest import HOST
+
+# The server must fit -c connections plus this many other files (lib.rs).
+FILES_BESIDES_CONNECTIONS = 64
+
+
+def soft_open_files_limit(pid: int) -> int:
+    soft, _hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    return soft
+
+
+def cpu_ticks(pid: int) -> int:
+    """User plus system CPU time of a process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
+def version(sock: socket.socket) -> bytes:
+    sock.sendall(b"version\r\n")
+    reply = b""
+    while not reply.endswith(b"\r\n"):
+        data = sock.recv(256)
+        assert data, "connection closed"
+        reply += data
+    return reply
+
+
+def test_the_server_raises_its_soft_limit_to_fit_its_connections(servers):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1024 + FILES_BESIDES_CONNECTIONS
+    assert hard >= wanted, f"this machine's hard limit ({hard}) is below what the test needs"
+    # The server inherits a soft limit far below what -c 1024 needs.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        larder = servers.larder(extra=["-c", "1024"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert soft_open_files_limit(larder.pid) == wanted
+
+
+def test_out_of_file_descriptors_the_server_waits_instead_of_spinning(servers):
+    larder = servers.larder()
+    pid = larder.pid
+    _, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    open_now = len(os.listdir(f"/proc/{pid}/fd"))
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (open_now + 4, hard))
+
+    accepted: List[socket.socket] = []
+    waiting: List[socket.socket] = []
+    try:
+        # Connect until one is not served: it waits in the listen queue.
+        for _ in range(20):
+            sock = socket.create_connection((HOST, larder.port), timeout=1.0)
+            try:
+                assert version(sock).startswith(b"VERSION ")
+                accepted.append(sock)
+            except socket.timeout:
+                waiting.append(sock)
+                break
+        assert waiting, "every connection was served: the limit did not bite"
+        assert len(accepted) >= 1
+
+        # While it cannot accept, the server does not spin: over 2 seconds it
+        # uses far less than the whole core a retry loop takes.
+        ticks_per_second = os.sysconf("SC_CLK_TCK")
+        before = cpu_ticks(pid)
+        time.sleep(2.0)
+        used = cpu_ticks(pid) - before
+        assert used < ticks_per_second // 2, f"{used} ticks of CPU in 2 s while out of descriptors"
+
+        # Connections already open are still served.
+        for sock in accepted:
+            assert version(sock).startswith(b"VERSION ")
+
+        # Once connections close, the waiting one is accepted and served.
+        for sock in accepted:
+            sock.close()
+        accepted.clear()
+        waiting[0].settimeout(10.0)
+        assert version(waiting[0]).startswith(b"VERSION ")
+    finally:
+        for sock in accepted + waiting:
+            sock.close()
+    log = larder.stderr()
+    assert log.count("cannot accept a connection") == 1, log[-2000:]
