@@ -252,6 +252,13 @@ CASES: List[Case] = [
     Case("ma_non_numeric", [b"ms {k} 3\r\nabc\r\n", b"ma {k}\r\n"]),
     Case("ma_bad_delta", [b"ms {k} 1\r\n1\r\n", b"ma {k} Dabc\r\n"]),
     Case("ma_quiet_miss", [b"ma {k} q\r\n"]),
+    # Flags that came after memcached 1.6.18 are refused, not ignored.
+    Case("ms_new_cas_flag_is_refused", [b"ms {k} 1 E12345\r\nx\r\n", b"mg {k} v c\r\n"]),
+    Case("md_remove_value_flag_is_refused", [b"set {k} 0 0 1\r\nx\r\n", b"md {k} x\r\n", b"mg {k} v\r\n"]),
+    Case("mg_new_cas_flag_is_refused", [b"set {k} 0 0 1\r\nx\r\n", b"mg {k} E5 v\r\n"]),
+    Case("ma_new_cas_flag_is_refused", [b"set {k} 0 0 1\r\n1\r\n", b"ma {k} E5\r\n", b"mg {k} v\r\n"]),
+    # `u` reads without marking the item fetched.
+    Case("mg_no_bump_leaves_the_hit_bit", [b"set {k} 0 0 1\r\nx\r\n", b"mg {k} u v\r\n", b"mg {k} h\r\n", b"mg {k} h\r\n"]),
     Case("ma_quiet_hides_the_value_too", [b"set {k} 0 0 1\r\n1\r\n", b"ma {k} q v\r\nma {k} q v t\r\nma {k} q\r\nmg {k} v\r\n"]),
     Case("me_missing", [b"me {k}\r\n"]),
     Case(

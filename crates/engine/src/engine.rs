@@ -63,6 +63,9 @@ pub struct ReadOptions {
     /// Offer the right to recache stale items, and report whether another
     /// client was offered it already (the meta protocol's W, X, Z flags).
     pub claim_win: bool,
+    /// Leave the item's access record as it was: neither mark it fetched
+    /// nor note this read as its last access (the meta protocol's `u`).
+    pub no_bump: bool,
 }
 
 /// State shared by the handle and the background threads.
@@ -434,10 +437,19 @@ impl Inner {
 
     /// The item's metadata (value left empty), updating access bits.
     pub fn describe(&self, entry: &Entry, now: u32, options: ReadOptions) -> Item {
-        let before = entry
-            .bits()
-            .fetch_or(BIT_FETCHED | BIT_REFERENCED, Ordering::Relaxed);
-        let last_access = entry.atime().swap(now, Ordering::Relaxed);
+        let (before, last_access) = if options.no_bump {
+            (
+                entry.bits().load(Ordering::Relaxed),
+                entry.atime().load(Ordering::Relaxed),
+            )
+        } else {
+            (
+                entry
+                    .bits()
+                    .fetch_or(BIT_FETCHED | BIT_REFERENCED, Ordering::Relaxed),
+                entry.atime().swap(now, Ordering::Relaxed),
+            )
+        };
         let stale = before & BIT_STALE != 0;
         let expiring = match options.recache_below_secs {
             Some(secs) => entry.exptime() != 0 && entry.exptime().saturating_sub(now) < secs,

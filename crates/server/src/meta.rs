@@ -65,6 +65,7 @@ impl Session {
             touch: flags.ttl.map(|ttl| self.expiry(ttl)),
             recache_below_secs: flags.recache_ttl.map(|ttl| ttl.max(0) as u32),
             claim_win: true,
+            no_bump: flags.no_lru_bump,
         };
         let found = match self.engine().get_with(key, options) {
             Ok((found, ticket)) => {
