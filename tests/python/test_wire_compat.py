@@ -457,6 +457,41 @@ def test_reply_matches_memcached(case: Case, module_memcached, module_larder):
     pytest.fail(describe(case, actual, reference), pytrace=False)
 
 
+COUNTERS = (
+    "cmd_get cmd_set cmd_touch get_hits get_misses touch_hits touch_misses "
+    "cas_hits cas_misses cas_badval total_items"
+).split()
+
+# Request sequences after which both servers' counters must have moved alike.
+COUNTED = {
+    "gat": b"set {k}a 0 0 1\r\nx\r\ngat 100 {k}a {k}zz\r\n",
+    "mg_touch": b"set {k}a 0 0 1\r\nx\r\nmg {k}a T100 v\r\nmg {k}zz T100 v\r\n",
+    "ms_compare": b"set {k}a 0 0 1\r\nx\r\nms {k}a 1 C1\r\ny\r\nms {k}zz 1 C1\r\ny\r\n",
+    "cas": b"set {k}a 0 0 1\r\nx\r\ncas {k}a 0 0 1 1\r\ny\r\ncas {k}zz 0 0 1 1\r\ny\r\n",
+    "stores": b"set {k}a 0 0 1\r\nx\r\nadd {k}a 0 0 1\r\nx\r\nadd {k}b 0 0 1\r\nx\r\n"
+    b"append {k}a 0 0 1\r\ny\r\nreplace {k}zz 0 0 1\r\nx\r\nms {k}c 1\r\nz\r\nms {k}c 1 ME\r\nz\r\n",
+    "mg_vivify": b"mg {k}v N30 v\r\nmg {k}v v\r\n",
+}
+
+
+def counters(address: Tuple[str, int]) -> Dict[str, int]:
+    lines = ask(address, b"stats\r\n").decode().split("\r\n")
+    stats = dict(line.split(" ")[1:3] for line in lines if line.startswith("STAT "))
+    return {name: int(stats[name]) for name in COUNTERS}
+
+
+@pytest.mark.parametrize("name", sorted(COUNTED))
+def test_stats_counters_move_as_memcached_s(name, module_memcached, module_larder):
+    request = COUNTED[name].replace(b"{k}", f"counted_{name}_".encode())
+    moved = []
+    for server in (module_memcached, module_larder):
+        before = counters(server.address)
+        ask(server.address, request)
+        after = counters(server.address)
+        moved.append({counter: after[counter] - before[counter] for counter in COUNTERS})
+    assert moved[1] == moved[0], f"memcached {moved[0]}\nlarder    {moved[1]}"
+
+
 # ---- documented differences, pinned ---------------------------------------
 # The README names these differences from memcached; each test below holds
 # Larder to what the README says (and, where it says so, memcached to its side).

@@ -57,7 +57,6 @@ impl Session {
     /// mg.
     pub(crate) fn meta_get(&mut self, get: &MetaGet<'_>) {
         self.counts.cmd_meta.add(1);
-        self.counts.cmd_get.add(1);
         let key_bytes = get.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &get.flags;
@@ -83,13 +82,21 @@ impl Session {
             (None, None) => None,
         };
         let Some(item) = item else {
+            self.counts.cmd_get.add(1);
             self.counts.get_misses.add(1);
             if !flags.quiet {
                 self.meta_status(MetaStatus::Miss, &get.key, flags, None);
             }
             return;
         };
-        self.counts.get_hits.add(1);
+        // As in memcached, a hit with `T` counts as a touch, not a get.
+        if flags.ttl.is_some() {
+            self.counts.cmd_touch.add(1);
+            self.counts.touch_hits.add(1);
+        } else {
+            self.counts.cmd_get.add(1);
+            self.counts.get_hits.add(1);
+        }
         let info = self.item_info(&item);
         let mut line = if flags.return_value {
             MetaLine::value(&mut self.output, item.value.len())
@@ -118,6 +125,9 @@ impl Session {
         let expiry = self.expiry(ttl);
         let (created, ticket) = self.engine().vivify(key, expiry)?;
         self.wrote(ticket);
+        if created {
+            self.counts.total_items.add(1);
+        }
         let options = ReadOptions {
             claim_win: !created,
             ..ReadOptions::default()
@@ -161,6 +171,7 @@ impl Session {
             }
             Err(error) => return self.engine_error(&error),
         };
+        self.count_store(outcome, mode);
         let (status, cas) = match outcome {
             StoreOutcome::Stored { cas } => (MetaStatus::Header, Some(cas)),
             StoreOutcome::NotStored => (MetaStatus::NotStored, None),

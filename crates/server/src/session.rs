@@ -11,7 +11,7 @@
 use crate::stats::{OpenCounts, ServerStats};
 use crate::ServerConfig;
 use bytes::BytesMut;
-use larder_engine::{Engine, Error as EngineError, Expiry, Ticket};
+use larder_engine::{Engine, Error as EngineError, Expiry, StoreMode, StoreOutcome, Ticket};
 use larder_protocol::reply::{self, Reply};
 use larder_protocol::{Limits, Request};
 use std::ops::Range;
@@ -111,6 +111,23 @@ impl Session {
     pub(crate) fn ack_quietly(&mut self) {
         let at = self.output.len();
         self.acks.push(at..at);
+    }
+
+    /// Counts a store's outcome as memcached does: every item stored, and
+    /// how a compare-and-swap went.
+    pub(crate) fn count_store(&mut self, outcome: StoreOutcome, mode: StoreMode) {
+        let compared = matches!(mode, StoreMode::Cas(_) | StoreMode::CasOrStale(_));
+        match outcome {
+            StoreOutcome::Stored { .. } => {
+                self.counts.total_items.add(1);
+                if compared {
+                    self.counts.cas_hits.add(1);
+                }
+            }
+            StoreOutcome::NotStored => {}
+            StoreOutcome::Exists => self.counts.cas_badval.add(1),
+            StoreOutcome::NotFound => self.counts.cas_misses.add(1),
+        }
     }
 
     /// Replies to an engine error with memcached's `SERVER_ERROR` line,

@@ -72,10 +72,13 @@ macro_rules! command_counts {
                 }
             }
 
-            /// Writes every counter as a `STAT` line.
+            /// Writes every counter as a `STAT` line, but `total_items`,
+            /// which memcached prints among the item figures.
             fn write(&self, out: &mut BytesMut) {
                 $(
-                    write_stat_u64(out, stringify!($name).as_bytes(), self.$name);
+                    if stringify!($name) != "total_items" {
+                        write_stat_u64(out, stringify!($name).as_bytes(), self.$name);
+                    }
                 )*
             }
         }
@@ -108,6 +111,7 @@ command_counts!(
     bytes_read,
     bytes_written,
     server_errors,
+    total_items,
 );
 
 /// Every connection's counts, in slots that outlive their connections.
@@ -277,7 +281,7 @@ impl ServerStats {
         write_stat_u64(out, b"threads", config.threads as u64);
         write_stat_u64(out, b"bytes", engine.item_bytes);
         write_stat_u64(out, b"curr_items", engine.items);
-        write_stat_u64(out, b"total_items", counts.cmd_set);
+        write_stat_u64(out, b"total_items", counts.total_items);
         write_stat_u64(out, b"evictions", 0);
         write_stat_u64(out, b"reclaimed", engine.reclaimed_items);
         self.write_larder(config, engine, out);

@@ -42,24 +42,20 @@ impl Session {
                 self.retrieval_keys_done = index;
                 return Flow::Unfinished;
             }
-            if touch.is_some() {
-                self.counts.cmd_touch.add(1);
-            }
-            self.counts.cmd_get.add(1);
-            match self.get_one(key, options, with_cas) {
+            let found = self.get_one(key, options, with_cas);
+            // As in memcached, a gat's keys count as touches, not gets.
+            let counts = &self.counts;
+            let (asked, hits, misses) = match touch {
+                Some(_) => (&counts.cmd_touch, &counts.touch_hits, &counts.touch_misses),
+                None => (&counts.cmd_get, &counts.get_hits, &counts.get_misses),
+            };
+            asked.add(1);
+            match found {
                 Ok(Some(ticket)) => {
+                    hits.add(1);
                     self.wrote(ticket);
-                    self.counts.get_hits.add(1);
-                    if touch.is_some() {
-                        self.counts.touch_hits.add(1);
-                    }
                 }
-                Ok(None) => {
-                    self.counts.get_misses.add(1);
-                    if touch.is_some() {
-                        self.counts.touch_misses.add(1);
-                    }
-                }
+                Ok(None) => misses.add(1),
                 Err(error) => {
                     self.engine_error(&error);
                     return Flow::Continue;
@@ -123,23 +119,12 @@ impl Session {
             }
             Err(error) => return self.engine_error(&error),
         };
-        let is_cas = matches!(mode, StoreMode::Cas(_) | StoreMode::CasOrStale(_));
+        self.count_store(outcome, mode);
         let answer = match outcome {
-            StoreOutcome::Stored { .. } => {
-                if is_cas {
-                    self.counts.cas_hits.add(1);
-                }
-                Reply::Stored
-            }
+            StoreOutcome::Stored { .. } => Reply::Stored,
             StoreOutcome::NotStored => Reply::NotStored,
-            StoreOutcome::Exists => {
-                self.counts.cas_badval.add(1);
-                Reply::Exists
-            }
-            StoreOutcome::NotFound => {
-                self.counts.cas_misses.add(1);
-                Reply::NotFound
-            }
+            StoreOutcome::Exists => Reply::Exists,
+            StoreOutcome::NotFound => Reply::NotFound,
         };
         if !store.noreply {
             self.ack(|out| reply::write_reply(out, answer));
