@@ -15,7 +15,8 @@
 //!                    for flush, the unix second it takes effect, 0 = at once
 //! 20      8          seq: the write's sequence number, which is also the CAS
 //!                    unique of a put; unique and increasing across
-//!                    restarts, from 1 to at most SEQ_MAX (2^62)
+//!                    restarts (never issued twice, even when a crash
+//!                    lost it), from 1 to at most SEQ_MAX (2^62)
 //! 28      key_len    key
 //! 28+k    value_len  value; for touch, the 8-byte seq of the put it touches
 //! ```
@@ -34,10 +35,18 @@ pub const HEADER_BYTES: usize = 28;
 pub const KEY_BYTES_MAX: usize = u16::MAX as usize;
 
 /// The largest seq a file may hold. An engine issues seqs one at a time from
-/// 1; at ten million writes a second it would take over 14,000 years to get
-/// here. A larger seq, even under a good checksum, is damage, and refusing it
-/// keeps recovery's next seq (the largest found plus one) from overflowing.
+/// 1, skipping [`SEQ_GAP_AT_OPEN`] at each open; at ten million writes a
+/// second it would take over 14,000 years to get here, and about 2^30
+/// opens. A larger seq, even under a good checksum, is damage, and refusing
+/// it keeps recovery's next seq from overflowing.
 pub const SEQ_MAX: u64 = 1 << 62;
+
+/// How far above every seq it finds an open starts issuing: more than the
+/// seqs a crash can lose after they were seen, so none is issued twice
+/// (see `recovery::first_seq_of_run`).
+pub const SEQ_GAP_AT_OPEN: u64 = 1 << 32;
+
+const _: () = assert!(SEQ_GAP_AT_OPEN < SEQ_MAX >> 16);
 
 const BIT_BATCH_CONTINUES: u8 = 1;
 const BIT_STALE: u8 = 2;

@@ -16,7 +16,7 @@ use crate::fs::{join, Fs, FsFile};
 use crate::hint;
 use crate::keydir::{Entry, Keydir, BIT_STALE};
 use crate::log::{create_segment, Log, Segments};
-use crate::record::{Header, Kind};
+use crate::record::{self, Header, Kind};
 use crate::scan::{scan, ScanEnd};
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::{Counters, RecoveryReport};
@@ -189,12 +189,11 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         records: 0,
         now,
     };
-    let mut active_len = 0;
     // Every seq issued before a segment was made is below its
     // `seq_at_creation`, and every record's below the next to issue.
-    let mut next_seq = 1;
+    let mut found_next_seq = 1;
     for segment in &opened {
-        next_seq = next_seq.max(segment.header.seq_at_creation);
+        found_next_seq = found_next_seq.max(segment.header.seq_at_creation);
         resolver.flush_seq = resolver.flush_seq.max(segment.header.flush_seq);
         let is_active = Some(segment.id) == active_id;
         let len = load_segment(
@@ -206,13 +205,12 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
             &mut report,
         )?;
         segment.len_bytes.store(len, Ordering::Relaxed);
-        if is_active {
-            active_len = len;
-        } else {
-            segment.sealed.store(true, Ordering::Relaxed);
-        }
+        // The log starts a new segment below, so the one it last wrote (its
+        // torn tail cut and synced) is sealed like the rest.
+        segment.sealed.store(true, Ordering::Relaxed);
     }
-    let next_seq = next_seq.max(resolver.max_seq + 1);
+    let found_next_seq = found_next_seq.max(resolver.max_seq + 1);
+    let next_seq = first_seq_of_run(found_next_seq, opened.is_empty());
     let flush_seq = resolver.flush_seq;
     // A delayed flush not yet carried out stays pending. If it came due while
     // the engine was down, opening carries it out and logs that (see
@@ -245,21 +243,18 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     let segments = Arc::new(Segments::new(next_id));
     let flush_seq = Arc::new(AtomicU64::new(flush_seq));
     let next_seq = Arc::new(AtomicU64::new(next_seq));
-    let active = match active_id.and_then(|id| opened.iter().find(|s| s.id == id)) {
-        Some(active) => Arc::clone(active),
-        None => {
-            let header = SegmentHeader {
-                origin: Origin::Log,
-                id: segments.allocate_id()?,
-                seq_at_creation: next_seq.load(Ordering::SeqCst),
-                flush_seq: flush_seq.load(Ordering::SeqCst),
-            };
-            let created = create_segment(&*fs, &dir, header)?;
-            active_len = u64::from(segment::HEADER_BYTES);
-            opened.push(Arc::clone(&created));
-            created
-        }
-    };
+    let (active, active_len) = start_log_segment(
+        &*fs,
+        &dir,
+        &segments,
+        &opened,
+        active_id,
+        &next_seq,
+        flush_seq.load(Ordering::SeqCst),
+    )?;
+    if !opened.iter().any(|segment| Arc::ptr_eq(segment, &active)) {
+        opened.push(Arc::clone(&active));
+    }
     for segment in &opened {
         segments.insert(Arc::clone(segment));
     }
@@ -312,6 +307,84 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         closed: AtomicBool::new(false),
         _dir_lock: dir_lock,
     })
+}
+
+/// The segment the log appends to, and its length. The seq at which this
+/// run starts issuing, `next_seq`, is made durable in the header of a new
+/// segment before any seq is issued: the next open then starts above it,
+/// even if every write of this run is lost (see `first_seq_of_run`).
+///
+/// Where no segment id is left for it, the log goes on in the segment it
+/// last wrote (unsealed again) and issues no seq: writes fail with
+/// [`Error::Exhausted`], as they would at its next rotation anyway.
+fn start_log_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    segments: &Segments,
+    opened: &[Arc<Segment>],
+    last_active: Option<u32>,
+    next_seq: &AtomicU64,
+    flush_seq: u64,
+) -> Result<(Arc<Segment>, u64)> {
+    let last_active = last_active.and_then(|id| opened.iter().find(|s| s.id == id));
+    let id = match (segments.allocate_id(), last_active) {
+        (Ok(id), _) => id,
+        (Err(error), Some(last)) => {
+            tracing::error!(%error, "no segment id left to start this run in: writes will fail");
+            next_seq.store(record::SEQ_MAX + 1, Ordering::SeqCst);
+            last.sealed.store(false, Ordering::Relaxed);
+            return Ok((Arc::clone(last), last.len_bytes.load(Ordering::Relaxed)));
+        }
+        (Err(error), None) => return Err(error),
+    };
+    let header = SegmentHeader {
+        origin: Origin::Log,
+        id,
+        seq_at_creation: next_seq.load(Ordering::SeqCst),
+        flush_seq,
+    };
+    let created = create_segment(fs, dir, header)?;
+    Ok((created, u64::from(segment::HEADER_BYTES)))
+}
+
+/// The first seq a run may issue, given `found`: one past every seq the
+/// directory holds, in records and segment headers; `fresh` when it holds
+/// no segment, so no seq was ever issued.
+///
+/// Invariant: no seq that anyone saw before a crash is ever issued again,
+/// so a `cas` can never match an item its client never saw. A seq is
+/// visible before it is durable (under `always`, `gets` from another
+/// connection sees a write before its sync; under `everysec` and `none`,
+/// an acknowledged write may be lost), so `found` may be below seqs that
+/// were seen. Those lost seqs are the records of the unsynced tail of the
+/// active segment and of the log's buffer: fewer than
+/// [`record::SEQ_GAP_AT_OPEN`], since every record takes at least 29
+/// bytes, a segment at most 4 GiB and the buffer at most 256 MiB. So a run
+/// starts that gap above `found`, and records its start durably before it
+/// issues anything (the header of its first segment), which the next open
+/// counts in `found`. Nothing needs seqs to be dense: recovery, compaction
+/// and hint files only compare them.
+///
+/// Each open uses up one gap of the 2^62 seqs, so about 2^30 opens. Where
+/// the gap no longer fits, the run issues nothing: writes fail with
+/// [`Error::Exhausted`] and reads go on.
+fn first_seq_of_run(found: u64, fresh: bool) -> u64 {
+    if fresh {
+        return found;
+    }
+    let exhausted = record::SEQ_MAX + 1;
+    match found.checked_add(record::SEQ_GAP_AT_OPEN) {
+        Some(first) if first <= exhausted => first,
+        _ => {
+            tracing::error!(
+                found,
+                largest = record::SEQ_MAX,
+                gap = record::SEQ_GAP_AT_OPEN,
+                "no sequence numbers left for this run: writes will fail"
+            );
+            exhausted
+        }
+    }
 }
 
 /// Segment and hint ids in the directory; leftover temporary files removed.

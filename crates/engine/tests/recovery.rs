@@ -12,7 +12,7 @@ mod common;
 
 use common::{config, contents, keys, open, set, value, wait_until, Stored};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
-use larder_engine::record::{self, Header, Kind, SEQ_MAX};
+use larder_engine::record::{self, Header, Kind, SEQ_GAP_AT_OPEN, SEQ_MAX};
 use larder_engine::segment::{self, Origin, SegmentHeader};
 use larder_engine::{
     BatchOp, Clock, Config, Durability, Engine, Error, Expiry, ReadOptions, StoreMode,
@@ -221,13 +221,13 @@ fn a_torn_power_cut_of_unsynced_writes_is_cut_and_reported() {
         };
         let engine = open(&fs, &config, &clock);
         fill(&engine, &clock, 50, 40);
+        let active = segment_path(*segment_ids(&fs).last().unwrap());
         fs.power_cut(Some(seed));
         drop(engine);
         let engine = open(&fs, &config, &clock);
         let report = engine.recovery_report();
         if report.truncated_bytes > 0 {
             reported += 1;
-            let active = segment_path(*segment_ids(&fs).last().unwrap());
             assert_eq!(report.truncated_file.as_deref(), Some(active.as_path()));
         }
         assert_eq!(value(&engine, b"synced").unwrap(), b"before the cut");
@@ -255,7 +255,8 @@ fn record_offsets(bytes: &[u8]) -> Vec<u64> {
 
 /// A record whose seq no engine could have issued, under a good checksum:
 /// damage like any other. At the active segment's end it is cut off; the
-/// seqs issued after the open carry on from the last good record.
+/// seqs issued after the open carry on from the last good record (past the
+/// gap every open leaves).
 #[test]
 fn a_record_with_an_impossible_seq_is_cut_off_the_active_segment() {
     let fs = MemFs::new();
@@ -291,7 +292,7 @@ fn a_record_with_an_impossible_seq_is_cut_off_the_active_segment() {
     );
     assert_eq!(value(&engine, b"ghost"), None);
     assert_eq!(value(&engine, b"first").unwrap(), b"kept");
-    assert_eq!(engine.stats().next_cas, next_cas);
+    assert_eq!(engine.stats().next_cas, next_cas + SEQ_GAP_AT_OPEN);
     set(&engine, b"after", b"the cut");
     let engine = reopen(engine, &fs, &config, &clock);
     assert_eq!(value(&engine, b"after").unwrap(), b"the cut");
@@ -299,8 +300,9 @@ fn a_record_with_an_impossible_seq_is_cut_off_the_active_segment() {
 
 /// When a directory starts close to the largest seq a file may hold, the
 /// writes past it fail with an error: none is acknowledged and then lost
-/// because the next open refuses its seq. A header claiming more than that
-/// fails the open, naming the file.
+/// because the next open refuses its seq. Where the gap an open leaves does
+/// not fit, the open issues no seq at all. A header claiming more than the
+/// largest fails the open, naming the file.
 #[test]
 fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
     let config = config(Durability::Always);
@@ -311,12 +313,13 @@ fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
         assert_eq!(file, only);
         assert!(reason.contains("largest possible"), "{reason}");
     }
-    for next in [SEQ_MAX, SEQ_MAX + 1] {
+    let last_fits = SEQ_MAX - SEQ_GAP_AT_OPEN;
+    for next in [last_fits, last_fits + 1, SEQ_MAX, SEQ_MAX + 1] {
         let fs = MemFs::new();
         let clock = Clock::system();
         header_only_segment(&fs, log_header(1, next));
         let engine = open(&fs, &config, &clock);
-        if next == SEQ_MAX {
+        if next == last_fits {
             // A batch of two needs one seq more than is left: none is issued.
             let two = [("a", "1"), ("b", "2")].map(|(key, value)| BatchOp::Set {
                 key: key.as_bytes(),
@@ -338,13 +341,22 @@ fn seqs_run_out_with_an_error_and_never_past_what_an_open_reads_back() {
         let engine = reopen(engine, &fs, &config, &clock);
         assert_eq!(value(&engine, b"more"), None);
         assert_eq!(value(&engine, b"a"), None);
-        if next == SEQ_MAX {
+        if next == last_fits {
             assert_eq!(value(&engine, b"last").unwrap(), b"fits");
         }
         assert!(engine
             .store(StoreMode::Set, b"more", b"x", 0, Expiry::Never)
             .is_err());
     }
+}
+
+/// Whether segment file `id` is gone, or is a log segment (each open starts
+/// a new one, which may take the id of a file it removed).
+fn is_log_segment_or_gone(fs: &MemFs, id: u32) -> bool {
+    fs.read_file(&segment_path(id)).is_none_or(|bytes| {
+        SegmentHeader::decode(&bytes, &segment_path(id))
+            .is_ok_and(|header| header.origin == Origin::Log)
+    })
 }
 
 /// The header of log segment `id` whose next seq to issue is `next_seq`.
@@ -357,10 +369,11 @@ fn log_header(id: u32, next_seq: u64) -> SegmentHeader {
     }
 }
 
-/// Segment ids stop at `segment::ID_MAX`: from a directory whose newest
-/// segment has it, writes go on until the log needs a new segment, then
-/// fail with an error while what was written stays; a segment named above
-/// it fails the open, naming the file.
+/// Segment ids stop at `segment::ID_MAX`: a directory whose newest segment
+/// has it opens, but with no id left for the segment an open starts (where
+/// it records the seqs it may issue), writes fail with an error while what
+/// was written stays; a segment named above it fails the open, naming the
+/// file.
 #[test]
 fn segment_ids_run_out_with_an_error_and_never_wrap() {
     let fs = MemFs::new();
@@ -372,7 +385,8 @@ fn segment_ids_run_out_with_an_error_and_never_wrap() {
     let fs = MemFs::new();
     let clock = Clock::system();
     let config = small_segments(4096);
-    header_only_segment(&fs, log_header(segment::ID_MAX, 1));
+    // The open takes the last id for the segment it starts.
+    header_only_segment(&fs, log_header(segment::ID_MAX - 1, 1));
     let engine = open(&fs, &config, &clock);
     let mut stored = 0;
     let error = loop {
@@ -392,6 +406,10 @@ fn segment_ids_run_out_with_an_error_and_never_wrap() {
     };
     assert!(matches!(error, Error::Exhausted(_)), "{error}");
     assert!(stored > 0);
+    let engine = reopen(engine, &fs, &config, &clock);
+    let refused = engine.store(StoreMode::Set, b"more", b"x", 0, Expiry::Never);
+    let error = refused.expect_err("no id left to start a segment in");
+    assert!(matches!(error, Error::Exhausted(_)), "{error}");
     for i in 0..stored {
         assert!(value(&engine, format!("k{i}").as_bytes()).is_some(), "k{i}");
     }
@@ -838,7 +856,7 @@ fn a_compaction_output_without_its_hint_is_discarded_at_open() {
 
     let engine = open(&fs, &config, &clock);
     assert_eq!(engine.recovery_report().abandoned_compactions, 1);
-    assert!(!segment_ids(&fs).contains(&id), "the output was removed");
+    assert!(is_log_segment_or_gone(&fs, id), "the output was removed");
     assert_eq!(contents(&engine, &keys(100)), before);
 }
 
@@ -955,7 +973,7 @@ fn an_emptied_or_damaged_segment_header_before_the_newest_file_fails_open_and_sa
                 contents(&engine, &keys(200)) == before,
                 "{what}: items differ"
             );
-            assert!(fs.read_file(&segment_path(id)).is_none(), "{what}");
+            assert!(is_log_segment_or_gone(&fs, id), "{what}");
             let aside = path(&format!("damaged/{}", segment::segment_name(id)));
             assert_eq!(fs.read_file(&aside).unwrap(), leftover, "{what}");
             fs.power_cut(None);
@@ -979,7 +997,7 @@ fn a_newest_segment_without_its_header_is_removed_and_counted() {
     fs.write_file(&segment_path(newest + 1), &[]).unwrap();
 
     let engine = open(&fs, &config, &clock);
-    assert!(!segment_ids(&fs).contains(&(newest + 1)));
+    assert!(is_log_segment_or_gone(&fs, newest + 1));
     assert_eq!(engine.recovery_report().unfinished_segments, 1);
     assert!(contents(&engine, &keys(200)) == before);
 }
