@@ -419,6 +419,11 @@ impl Log {
     /// cached values at once; they reach the OS at once where that is cheap
     /// (a mapped copy), or at the next commit, or under `Always` when the
     /// sync thread writes its group.
+    ///
+    /// `encode` runs under the log lock, after any rotation this append
+    /// makes, and only if the append then succeeds: what it publishes (a
+    /// raised flush generation, say) is seen by the header of every segment
+    /// the log creates after these records.
     pub fn append(
         &self,
         len: u64,

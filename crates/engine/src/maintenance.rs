@@ -66,11 +66,9 @@ pub(crate) fn activate_due_flush_locked(inner: &Inner, now: u32) -> Result<()> {
         return Ok(()); // carried out by another thread while this one waited
     }
     let seq = inner.issue_seqs(1)?;
-    let header = Header::flush(seq, 0);
     // Not waited for: every write acknowledged after it makes the log
     // durable past it.
-    let _ticket = inner.append_other(&header, &[], &[])?;
-    inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+    let _ticket = inner.append_flush_now(seq)?;
     inner.flush_deadline.store(0, Ordering::Release);
     Ok(())
 }

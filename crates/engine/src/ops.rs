@@ -199,6 +199,25 @@ impl Inner {
 
     /// Appends a record that is not a put (delete, touch, flush); such
     /// records hold no live bytes.
+    /// Logs an immediate flush with `seq` and raises the flush generation to
+    /// it, both under the log lock (see [`Log::append`]): every segment the
+    /// log creates after the record is stamped with the flush. Compaction
+    /// drops a carried-out flush record on that promise; raised after the
+    /// append, a rotation by another writer in between would stamp the old
+    /// generation, and compacting the record would bring the flushed items
+    /// back at the next open.
+    ///
+    /// [`Log::append`]: crate::log::Log::append
+    pub(crate) fn append_flush_now(&self, seq: u64) -> Result<Ticket> {
+        let header = Header::flush(seq, 0);
+        let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
+            record::encode(buf, &header, &[], &[]);
+            self.flush_seq.fetch_max(seq, Ordering::SeqCst);
+        })?;
+        segment.note_seq(seq);
+        Ok(ticket)
+    }
+
     pub(crate) fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
         let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
             record::encode(buf, header, key, value)
@@ -513,14 +532,13 @@ impl Engine {
         } else {
             now.saturating_add(delay_secs)
         };
-        let header = Header::flush(seq, deadline);
-        let ticket = inner.append_other(&header, &[], &[])?;
         if deadline == 0 {
-            inner.flush_seq.fetch_max(seq, Ordering::SeqCst);
+            let ticket = inner.append_flush_now(seq)?;
             inner.flush_deadline.store(0, Ordering::SeqCst);
-        } else {
-            inner.flush_deadline.store(deadline, Ordering::SeqCst);
+            return Ok(ticket);
         }
+        let ticket = inner.append_other(&Header::flush(seq, deadline), &[], &[])?;
+        inner.flush_deadline.store(deadline, Ordering::SeqCst);
         Ok(ticket)
     }
 
