@@ -8,8 +8,9 @@
 //!
 //! Why this is safe at any crash point: until the old file is removed both
 //! copies exist with the same seq and recovery picks either; a compaction
-//! output without its hint is discarded at open; tombstones are kept while
-//! any other segment may still hold an older put of their key; and the log
+//! output without its hint is discarded at open; a tombstone is kept while
+//! it is its key's newest record and another segment may still hold an
+//! older put of the key (see [`crate::tombstones`]); and the log
 //! is synced before old files are removed, so the newer records that made
 //! the dropped ones dead are durable first. Removing means renaming to a
 //! temporary name, which recovery never reads and deletes at the next
@@ -30,6 +31,7 @@ use crate::log::create_segment;
 use crate::record::{self, Header, Kind};
 use crate::scan::scan_sealed;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
+use crate::tombstones::{self, Tombstones};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -80,8 +82,8 @@ pub fn compactor_loop(inner: &Inner) {
             tracing::error!(%error, "freeing removed segments (what is left, the next open deletes)");
         }
         let ratio = inner.config.compaction_dead_ratio_min;
-        // Space relief also runs when the pass freed nothing: a segment
-        // that must keep its tombstones is a candidate on every pass.
+        // Space relief also runs when the pass freed nothing: segments
+        // below the dead-ratio threshold may still hold too much.
         let passed = compact(inner, ratio).and_then(|done| match done.freed_bytes {
             0 => relieve_space(inner),
             _ => Ok(done),
@@ -200,7 +202,9 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let all = inner.segments.all();
     let live: u64 = all
         .iter()
-        .map(|s| s.live_bytes.load(Ordering::Relaxed))
+        .map(|s| {
+            s.live_bytes.load(Ordering::Relaxed) + s.tombstone_bytes_kept.load(Ordering::Relaxed)
+        })
         .sum();
     let allowed = (live as f64 * SPACE_AMPLIFICATION_MAX) as u64;
     let excess = file_bytes(inner).saturating_sub(allowed);
@@ -322,6 +326,7 @@ fn abandon(inner: &Inner, output: &Arc<Segment>, group: &[Arc<Segment>]) {
 /// Copies what `group` still needs into `output` and makes it durable with
 /// its hint (see [`Output::finish`]).
 fn copy_group(inner: &Inner, group: &[Arc<Segment>], mut output: Output) -> Result<u64> {
+    let tombstones = tombstones::gather(inner, group, output.segment.id)?;
     let all = inner.segments.all();
     for segment in group {
         let min_seq_elsewhere = all
@@ -330,7 +335,7 @@ fn copy_group(inner: &Inner, group: &[Arc<Segment>], mut output: Output) -> Resu
             .map(|other| other.min_seq.load(Ordering::Acquire))
             .min()
             .unwrap_or(u64::MAX);
-        compact_segment(inner, segment, min_seq_elsewhere, &mut output)?;
+        compact_segment(inner, segment, min_seq_elsewhere, &tombstones, &mut output)?;
     }
     output.finish(inner)
 }
@@ -354,6 +359,10 @@ struct Output {
     pending: Vec<Pending>,
     groups: ByPartition,
     hint: HintWriter,
+    /// Bytes of the tombstones copied, and the segments they were kept for
+    /// (see [`Segment::keep_tombstones`]).
+    tombstone_bytes_kept: u64,
+    kept_for: Vec<u32>,
     /// The output goes to the disk a buffer at a time, not all at its
     /// sync, which would hold up the log's syncs behind it.
     write_back: WriteBack,
@@ -377,6 +386,8 @@ impl Output {
             pending: Vec::new(),
             groups: ByPartition::default(),
             hint: HintWriter::new(),
+            tombstone_bytes_kept: 0,
+            kept_for: Vec::new(),
             write_back: WriteBack::default(),
         })
     }
@@ -432,6 +443,13 @@ impl Output {
             .file
             .sync_data()
             .map_err(|e| Error::io(format!("syncing {}", self.segment.path.display()), e))?;
+        // Before the hint, which makes the output a candidate.
+        self.kept_for.sort_unstable();
+        self.kept_for.dedup();
+        self.segment.keep_tombstones(
+            self.tombstone_bytes_kept,
+            std::mem::take(&mut self.kept_for),
+        );
         let hint = std::mem::take(&mut self.hint);
         install_hint(
             inner,
@@ -545,6 +563,7 @@ fn compact_segment(
     inner: &Inner,
     segment: &Arc<Segment>,
     min_seq_elsewhere: u64,
+    tombstones: &Tombstones,
     output: &mut Output,
 ) -> Result<()> {
     let len = segment.len_bytes.load(Ordering::Acquire);
@@ -555,6 +574,7 @@ fn compact_segment(
     let mut batch = Batch {
         segment,
         min_seq_elsewhere,
+        tombstones,
         flush_seq: inner.flush_seq.load(Ordering::Acquire),
         bytes: Vec::new(),
         records: Vec::new(),
@@ -587,6 +607,7 @@ const BATCH_RECORDS: usize = 8192;
 struct Batch<'s> {
     segment: &'s Segment,
     min_seq_elsewhere: u64,
+    tombstones: &'s Tombstones,
     flush_seq: u64,
     /// The records' bytes, back to back.
     bytes: Vec<u8>,
@@ -651,6 +672,11 @@ impl Batch<'_> {
                     record_len: header.record_len(),
                 });
             }
+            if header.kind == Kind::Delete {
+                let kept_for = self.tombstones.kept_for(self.segment, key, header.seq);
+                output.tombstone_bytes_kept += header.record_len();
+                output.kept_for.extend(kept_for);
+            }
             if output.buffer.len() >= OUTPUT_BUFFER_BYTES {
                 output.write_and_switch(inner)?;
             }
@@ -700,7 +726,12 @@ impl Batch<'_> {
         let entry = || keydir::find(table, read.hash, key);
         match header.kind {
             Kind::Put => live_put(entry()?, self.segment.id, read.offset, header),
-            Kind::Delete => tombstone_needed(entry, header, self.min_seq_elsewhere),
+            Kind::Delete => tombstone_needed(entry, header, self.min_seq_elsewhere).filter(|_| {
+                !self
+                    .tombstones
+                    .kept_for(self.segment, key, header.seq)
+                    .is_empty()
+            }),
             Kind::Touch => touch_needed(entry()?, header, record::touch_target(header, bytes)),
             Kind::Flush => pending_flush(header, self.flush_seq),
         }
@@ -726,8 +757,9 @@ fn live_put(
     })
 }
 
-/// A tombstone is kept while another segment may hold an older put of its
-/// key that the tombstone must keep hidden.
+/// The first checks of whether a tombstone is kept (the rest are
+/// [`Tombstones::kept_for`]): not if the keydir holds a newer put of its key,
+/// nor if no other segment holds a record older than it.
 fn tombstone_needed<'t>(
     entry: impl FnOnce() -> Option<&'t keydir::Entry>,
     header: &Header,
@@ -797,6 +829,9 @@ fn remove_segment(inner: &Inner, segment: &Arc<Segment>) -> Result<()> {
     // there, and still counts for the tombstones other segments keep.
     inner.segments.remove(segment.id);
     inner.abandoned_outputs.lock().remove(&segment.id);
+    for other in inner.segments.all() {
+        other.forget_removed(segment.id);
+    }
     inner
         .fs
         .sync_dir(dir)

@@ -58,6 +58,7 @@ pub mod scan;
 mod scheduling;
 pub mod segment;
 mod stats;
+mod tombstones;
 
 pub use clock::{Clock, Expiry};
 pub use config::{Config, Durability};

@@ -650,7 +650,8 @@ fn zeros_only(file: &dyn FsFile, from: u64, to: u64) -> std::io::Result<bool> {
     Ok(true)
 }
 
-fn read_hint(fs: &dyn Fs, path: &Path, id: u32, segment_len: u64) -> Result<hint::Hint> {
+/// Reads and checks the hint of segment `id`, `segment_len` bytes long.
+pub(crate) fn read_hint(fs: &dyn Fs, path: &Path, id: u32, segment_len: u64) -> Result<hint::Hint> {
     let bytes = crate::fs::read_all(fs, path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
     let hint = hint::decode(&bytes, path)?;

@@ -26,6 +26,8 @@
 use crate::error::{Error, Result};
 use crate::fs::{Fs, FsFile};
 use crate::record::{u32_at, u64_at, SEQ_MAX};
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -210,6 +212,25 @@ pub struct Segment {
     pub sealed: AtomicBool,
     /// A hint file describes it.
     pub has_hint: AtomicBool,
+    /// Bytes of the tombstones compaction copied here because an older put
+    /// of their key was still on disk (see [`crate::tombstones`]): neither
+    /// live nor dead, so that a segment of such tombstones is not compacted
+    /// again only to keep them again. 0 when any segment that held those
+    /// puts is removed, and less each tombstone a newer one replaces.
+    pub tombstone_bytes_kept: AtomicU64,
+    /// What compaction learnt about this segment's tombstones.
+    pub(crate) tombstones: Mutex<KeptTombstones>,
+}
+
+/// What compaction learnt about a segment's tombstones (see
+/// [`crate::tombstones`]).
+#[derive(Default)]
+pub(crate) struct KeptTombstones {
+    /// The segments whose older puts the kept tombstones hide.
+    pub kept_for: Vec<u32>,
+    /// Keys with a newer tombstone in another segment, with the newest such
+    /// seq: a tombstone of the key here below it is not needed.
+    pub replaced: HashMap<Vec<u8>, u64>,
 }
 
 impl Segment {
@@ -225,14 +246,18 @@ impl Segment {
             min_seq: AtomicU64::new(u64::MAX),
             sealed: AtomicBool::new(false),
             has_hint: AtomicBool::new(false),
+            tombstone_bytes_kept: AtomicU64::new(0),
+            tombstones: Mutex::new(KeptTombstones::default()),
         }
     }
 
-    /// Bytes of records the keydir no longer points at (plus the header).
+    /// Bytes of records the keydir no longer points at (plus the header),
+    /// less the tombstones kept here ([`Segment::tombstone_bytes_kept`]).
     pub fn dead_bytes(&self) -> u64 {
         self.len_bytes
             .load(Ordering::Relaxed)
             .saturating_sub(self.live_bytes.load(Ordering::Relaxed))
+            .saturating_sub(self.tombstone_bytes_kept.load(Ordering::Relaxed))
     }
 
     /// Dead bytes as a fraction of the file.
@@ -252,6 +277,52 @@ impl Segment {
     /// Adds live bytes (a record the keydir now points at).
     pub fn add_live(&self, bytes: u64) {
         self.live_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Records that compaction kept `bytes` of tombstones here, to hide the
+    /// older puts of their keys that segments `kept_for` hold.
+    pub(crate) fn keep_tombstones(&self, bytes: u64, kept_for: Vec<u32>) {
+        let mut tombstones = self.tombstones.lock();
+        tombstones.kept_for = kept_for;
+        self.tombstone_bytes_kept.store(bytes, Ordering::Release);
+    }
+
+    /// After segment `removed_id` is removed: if the tombstones kept here
+    /// hid puts it held, they count as dead again, to be checked anew.
+    pub(crate) fn forget_removed(&self, removed_id: u32) {
+        let mut tombstones = self.tombstones.lock();
+        if tombstones.kept_for.contains(&removed_id) {
+            tombstones.kept_for.clear();
+            self.tombstone_bytes_kept.store(0, Ordering::Release);
+        }
+    }
+
+    /// Records that the tombstones of `key` here (of `bytes`, if it is one
+    /// compaction kept) are older than a tombstone of seq `newer_seq` in
+    /// another segment, so no longer needed.
+    pub(crate) fn replace_tombstone(&self, key: &[u8], newer_seq: u64, bytes: u64) {
+        let mut tombstones = self.tombstones.lock();
+        match tombstones.replaced.get_mut(key) {
+            Some(seq) => *seq = (*seq).max(newer_seq),
+            None => {
+                tombstones.replaced.insert(key.to_vec(), newer_seq);
+                // A compaction output holds at most one tombstone per key,
+                // so its kept bytes lose each tombstone once.
+                let kept = self.tombstone_bytes_kept.load(Ordering::Acquire);
+                self.tombstone_bytes_kept
+                    .store(kept.saturating_sub(bytes), Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether a tombstone of `key` and `seq` here is older than one in
+    /// another segment.
+    pub(crate) fn tombstone_replaced(&self, key: &[u8], seq: u64) -> bool {
+        self.tombstones
+            .lock()
+            .replaced
+            .get(key)
+            .is_some_and(|&newer| newer > seq)
     }
 
     /// Removes live bytes (a record the keydir no longer points at).
