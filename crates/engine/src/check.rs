@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::fs::{join, Fs};
 use crate::hint;
-use crate::record::{self, DecodeError, HEADER_BYTES as RECORD_HEADER_BYTES};
+use crate::record::{self, HEADER_BYTES as RECORD_HEADER_BYTES};
 use crate::segment::{self, Origin, SegmentHeader};
 use std::path::{Path, PathBuf};
 
@@ -36,13 +36,11 @@ pub struct CheckReport {
     pub records: u64,
     /// Damage found. Empty for a healthy directory.
     pub damage: Vec<Damage>,
-    /// Damage in the newest log segment, from this offset on: the next
-    /// start cuts the segment there, as it does after a crash mid-write.
+    /// Damage in the newest log segment from this offset on that no intact
+    /// record follows: the next start cuts the segment there, as it does
+    /// after a crash mid-write. Damage in that segment with intact records
+    /// after it is in `damage` instead: the next start refuses it.
     pub torn_tail: Option<(PathBuf, u64)>,
-    /// Intact records after the torn tail's start, which the cut drops too
-    /// (records a crash left behind a hole that never reached the disk, or
-    /// acknowledged ones behind real damage).
-    pub records_after_torn_tail: u64,
     /// A newest segment whose creation a crash cut short before its header
     /// reached the disk: it holds no records, and the next start removes it
     /// (see [`segment::creation_cut_short`]).
@@ -104,13 +102,15 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
     }
     for (id, path, walk) in tails {
         if Some(id) == newest_log {
-            // Recovery cuts the newest log segment at its first damage (a
-            // crash mid-write looks the same); say so rather than call it
-            // damage, with what the cut takes along.
+            // Recovery cuts the newest log segment at damage that runs to
+            // the end of what was written (a crash mid-write looks the
+            // same); say so rather than call it damage. Damage with intact
+            // records after it is reported as damage, as recovery refuses it.
             if let Some(first) = walk.first_damage {
-                report.damage.retain(|damage| damage.file != path);
-                report.torn_tail = Some((path, first));
-                report.records_after_torn_tail = walk.intact_after_first_damage;
+                if !walk.damage_before_intact {
+                    report.damage.retain(|damage| damage.file != path);
+                    report.torn_tail = Some((path, first));
+                }
             }
         } else if let Tail::Zeros(offset) = walk.tail {
             // The log's reserved blocks past its last record; only the
@@ -161,35 +161,32 @@ pub(crate) enum Tail {
 struct SegmentWalk {
     tail: Tail,
     first_damage: Option<u64>,
-    intact_after_first_damage: u64,
+    /// The first damage is not a torn write (see [`FirstDamage::refused`]).
+    damage_before_intact: bool,
 }
 
 /// Walks the records of one segment, reporting each damaged one and
 /// resuming at the next intact record.
 fn check_records(path: &Path, bytes: &[u8], report: &mut CheckReport) -> SegmentWalk {
-    let mut first_damage = None;
-    let mut intact_after_first_damage = 0;
-    let tail = walk_records(bytes, |event| match event {
-        Walked::Intact { .. } => {
-            report.records += 1;
-            if first_damage.is_some() {
-                intact_after_first_damage += 1;
+    let mut first = FirstDamage::default();
+    let tail = walk_records(bytes, |event| {
+        first.note(&event);
+        match event {
+            Walked::Intact { .. } => report.records += 1,
+            Walked::Damaged {
+                offset,
+                key,
+                reason,
+            } => {
+                let key = key.map(<[u8]>::to_vec);
+                report.damage.push(damage(path, offset, key, reason));
             }
-        }
-        Walked::Damaged {
-            offset,
-            key,
-            reason,
-        } => {
-            first_damage.get_or_insert(offset);
-            let key = key.map(<[u8]>::to_vec);
-            report.damage.push(damage(path, offset, key, reason));
         }
     });
     SegmentWalk {
         tail,
-        first_damage,
-        intact_after_first_damage,
+        first_damage: first.damaged,
+        damage_before_intact: first.refused(bytes).is_some(),
     }
 }
 
@@ -207,16 +204,21 @@ pub(crate) enum Walked<'a> {
 }
 
 /// Walks the records of a segment file's bytes, resuming after damage at
-/// the next intact record: where the damaged record's own header says it
-/// ends, if an intact record starts there, else the next offset where one
-/// does. Stops at a tail of zeros.
-pub(crate) fn walk_records(bytes: &[u8], mut visit: impl FnMut(Walked<'_>)) -> Tail {
-    let mut offset = segment::HEADER_BYTES as usize;
+/// the next intact record (see [`resume_after`]). Stops at a tail of zeros.
+pub(crate) fn walk_records(bytes: &[u8], visit: impl FnMut(Walked<'_>)) -> Tail {
+    walk_records_from(bytes, segment::HEADER_BYTES as usize, visit)
+}
+
+/// [`walk_records`] from byte `start` of `bytes`, which must be where a
+/// record starts (or was meant to).
+fn walk_records_from(bytes: &[u8], start: usize, mut visit: impl FnMut(Walked<'_>)) -> Tail {
+    let written_end = written_end(bytes);
+    let mut offset = start;
     while offset < bytes.len() {
-        let rest = bytes.get(offset..).unwrap_or_default();
-        if rest.iter().all(|&byte| byte == 0) {
+        if offset >= written_end {
             return Tail::Zeros(offset as u64);
         }
+        let rest = bytes.get(offset..).unwrap_or_default();
         match record::decode(rest) {
             Ok(header) => {
                 let len = header.record_len() as usize;
@@ -234,19 +236,7 @@ pub(crate) fn walk_records(bytes: &[u8], mut visit: impl FnMut(Walked<'_>)) -> T
                     key,
                     reason: error.to_string(),
                 });
-                if matches!(error, DecodeError::Truncated { .. }) {
-                    return Tail::Damaged;
-                }
-                // Resyncing at the claimed end first keeps a value that
-                // happens to hold a record's encoding from being read as one.
-                let claimed_end = header.map(|header| offset + header.record_len() as usize);
-                let resumes_at_claimed_end = claimed_end.filter(|&end| {
-                    end > offset
-                        && bytes
-                            .get(end..)
-                            .is_some_and(|rest| !rest.is_empty() && record::decode(rest).is_ok())
-                });
-                match resumes_at_claimed_end.or_else(|| next_intact(bytes, offset + 1)) {
+                match resume_after(bytes, offset, written_end) {
                     Some(next) => offset = next,
                     None => return Tail::Damaged,
                 }
@@ -256,14 +246,117 @@ pub(crate) fn walk_records(bytes: &[u8], mut visit: impl FnMut(Walked<'_>)) -> T
     Tail::Clean
 }
 
-/// The first offset at or after `from` where an intact record starts.
-fn next_intact(bytes: &[u8], from: usize) -> Option<usize> {
-    (from..bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1)).find(|&at| {
+/// Where the next intact record after the damaged one at `offset` starts,
+/// if any does before `written_end`: where the damaged record's own header
+/// says it ends, if an intact record starts there, else the first offset
+/// past `offset` where one does. A record claiming to run past the end of
+/// the file (its length field may be what is damaged) is searched past
+/// like any other damage.
+fn resume_after(bytes: &[u8], offset: usize, written_end: usize) -> Option<usize> {
+    let header = bytes
+        .get(offset..)
+        .and_then(|rest| record::decode_header(rest).ok());
+    // Resyncing at the claimed end first keeps a value that happens to hold
+    // a record's encoding from being read as one.
+    let claimed_end = header.map(|header| offset.saturating_add(header.record_len() as usize));
+    let resumes_at_claimed_end = claimed_end.filter(|&end| {
+        end > offset
+            && end < written_end
+            && bytes
+                .get(end..)
+                .is_some_and(|rest| record::decode(rest).is_ok())
+    });
+    resumes_at_claimed_end.or_else(|| next_intact(bytes, offset + 1, written_end))
+}
+
+/// One past the last byte of `bytes` that is not zero: no record starts at
+/// or after it, since every record's kind byte is nonzero.
+fn written_end(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&byte| byte != 0)
+        .map_or(0, |at| at + 1)
+}
+
+/// The first offset in `[from, written_end)` where an intact record starts.
+fn next_intact(bytes: &[u8], from: usize, written_end: usize) -> Option<usize> {
+    let last_start = written_end.min(bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1));
+    (from..last_start).find(|&at| {
         bytes
             .get(at..)
             .is_some_and(|rest| record::decode(rest).is_ok())
     })
 }
+
+/// Damage in a log segment that intact records follow, so that it is not
+/// the tail of a write a crash cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DamageBeforeIntact {
+    /// Offset of the first damaged record.
+    pub damaged: u64,
+    /// Offset of the first intact record after it.
+    pub intact: u64,
+}
+
+/// Walks the records of a segment file's bytes from `start` (where a record
+/// starts, or was meant to) and finds the first damaged record that an
+/// intact record follows, by the same test as [`walk_records`]. `None` if
+/// the records from `start` are intact, or their first damage is a torn
+/// write: it runs to the end of what was written (followed by zeros or the
+/// end of the file only), or it may be an unwritten hole (see
+/// [`FirstDamage::refused`]). A batch left open at the end is not damage
+/// here.
+pub(crate) fn damage_before_intact(bytes: &[u8], start: usize) -> Option<DamageBeforeIntact> {
+    let mut first = FirstDamage::default();
+    walk_records_from(bytes, start, |event| first.note(&event));
+    first.refused(bytes)
+}
+
+/// The first damaged record of a walk, and the first intact record after
+/// it.
+#[derive(Debug, Default, Clone, Copy)]
+struct FirstDamage {
+    damaged: Option<u64>,
+    intact_after: Option<u64>,
+}
+
+impl FirstDamage {
+    fn note(&mut self, event: &Walked<'_>) {
+        match *event {
+            Walked::Damaged { offset, .. } => {
+                self.damaged.get_or_insert(offset);
+            }
+            Walked::Intact { offset, .. } => {
+                if self.damaged.is_some() {
+                    self.intact_after.get_or_insert(offset);
+                }
+            }
+        }
+    }
+
+    /// The damage, if it is not a torn write: an intact record follows it,
+    /// and no zeros in it end at a sector boundary. A power cut while the
+    /// page cache writes a file back out of order leaves sectors that never
+    /// reached the disk, which read as zeros (the log's blocks past its
+    /// synced end hold zeros), before sectors that did: such a hole, and the
+    /// intact but never synced records after it, are cut as a torn tail.
+    /// Records after a hole cannot have been acknowledged under `always`,
+    /// since their sync would have written the hole too. A flipped bit in
+    /// written data leaves no such zeros, except by chance next to a sector
+    /// boundary; then it is cut as a torn tail too, as it always was.
+    fn refused(self, bytes: &[u8]) -> Option<DamageBeforeIntact> {
+        let (damaged, intact) = (self.damaged?, self.intact_after?);
+        let (from, to) = (damaged as usize, intact as usize);
+        let first_boundary = (from / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        let hole = (first_boundary..=to)
+            .step_by(SECTOR_BYTES)
+            .any(|boundary| bytes.get(boundary - 1) == Some(&0));
+        (!hole).then_some(DamageBeforeIntact { damaged, intact })
+    }
+}
+
+/// The smallest unit a disk writes whole.
+const SECTOR_BYTES: usize = 512;
 
 #[cfg(test)]
 mod tests {
@@ -330,17 +423,62 @@ mod tests {
     }
 
     #[test]
-    fn damage_in_the_newest_log_segment_is_where_the_next_start_cuts_it() {
+    fn damage_in_the_newest_log_segment_with_intact_records_after_it_is_damage() {
         let fs = MemFs::new();
         let path = Path::new("/d/0000000001.seg");
-        fs.write_file(path, &segment_with_records(10)).unwrap();
+        let mut bytes = segment_with_records(10);
+        bytes.resize(bytes.len() + 4096, 0); // the log's reserved zeros
+        fs.write_file(path, &bytes).unwrap();
         let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
         let damaged = u64::from(segment::HEADER_BYTES) + 4 * record_len;
         fs.corrupt(path, damaged + 30, 0x01).unwrap();
         let report = check(&fs, Path::new("/d")).unwrap();
-        assert!(report.damage.is_empty(), "{:?}", report.damage);
-        assert_eq!(report.torn_tail, Some((path.to_owned(), damaged)));
-        assert_eq!(report.records_after_torn_tail, 5);
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].file, path);
+        assert_eq!(report.damage[0].offset, damaged);
+        assert!(report.torn_tail.is_none());
+        assert_eq!(report.records, 9);
+    }
+
+    #[test]
+    fn a_record_claiming_to_run_past_the_end_is_searched_past() {
+        let fs = MemFs::new();
+        let path = Path::new("/d/0000000001.seg");
+        fs.write_file(path, &segment_with_records(10)).unwrap();
+        let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
+        let damaged = u64::from(segment::HEADER_BYTES) + 2 * record_len;
+        // The top byte of value_len: the record claims 16 MiB more.
+        fs.corrupt(path, damaged + 11, 0x01).unwrap();
+        let report = check(&fs, Path::new("/d")).unwrap();
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].offset, damaged);
+        assert_eq!(report.records, 9);
+        let bytes = fs.read_file(path).unwrap();
+        let found = damage_before_intact(&bytes, segment::HEADER_BYTES as usize);
+        assert_eq!(
+            found,
+            Some(DamageBeforeIntact {
+                damaged,
+                intact: damaged + record_len,
+            })
+        );
+    }
+
+    #[test]
+    fn damage_running_to_the_zeros_is_no_damage_before_intact_records() {
+        let mut bytes = segment_with_records(3);
+        let len = bytes.len();
+        bytes[len - 10] ^= 0x01;
+        bytes.resize(len + 4096, 0);
+        assert_eq!(
+            damage_before_intact(&bytes, segment::HEADER_BYTES as usize),
+            None
+        );
+        bytes.truncate(len - 5);
+        assert_eq!(
+            damage_before_intact(&bytes, segment::HEADER_BYTES as usize),
+            None
+        );
     }
 
     #[test]

@@ -82,9 +82,10 @@ pub struct Config {
     /// thread always runs). Tests that want full control over when compaction
     /// happens turn this off and call [`crate::Engine::compact_now`].
     pub background_threads: bool,
-    /// Open even when sealed segments are damaged: rewrite each with its
-    /// intact records only, keeping the original under `damaged/` (see
-    /// [`crate::salvage`]). Off by default: damage then fails the open.
+    /// Open even when sealed segments, or the active segment before intact
+    /// records, are damaged: rewrite each such segment with its intact
+    /// records only, keeping the original under `damaged/` (see
+    /// [`crate::salvage`]). Off by default: such damage then fails the open.
     pub salvage: bool,
 }
 

@@ -2,6 +2,11 @@
 //! segment scans, cutting a torn tail off the active segment, and finding
 //! the next CAS unique and the flush generation.
 //!
+//! Damage is refused (the open fails with [`Error::Corruption`]) wherever
+//! it may hold acknowledged records: anywhere in a sealed segment, and in
+//! the active segment when an intact record follows it. Only a torn tail,
+//! damage running to the end of what was written, is cut.
+//!
 //! Runs once, on the opening thread, before any other thread sees the
 //! engine. Records are resolved by seq, not by file order, because
 //! compaction copies old records into newer files: for each key the record
@@ -551,12 +556,13 @@ fn load_segment(
             Ok(offset)
         }
         ScanEnd::Damaged { offset, error } if is_active => {
+            refuse_damage_before_intact(segment, offset, len, &error)?;
             tracing::warn!(
                 file = %segment.path.display(),
                 offset,
                 cut_bytes = len - offset,
                 %error,
-                "cutting a torn or corrupt tail off the active segment"
+                "cutting a torn tail off the active segment"
             );
             cut_at(segment, offset)?;
             report.truncated_bytes += len - offset;
@@ -623,6 +629,39 @@ fn sync_active(
     report.rewritten_segments += 1;
     tracing::info!(file = %active.path.display(), len, "rewrote the active segment");
     Ok(())
+}
+
+/// Fails with [`Error::Corruption`] if the damage the scan of the active
+/// segment found at `offset` (of its `len` bytes) is followed by an intact
+/// record and is no torn write (see [`crate::check::damage_before_intact`]):
+/// the records after it may have been acknowledged, so cutting there is not
+/// recovery's call (salvage keeps them; see [`crate::salvage`]). Only runs
+/// on damage; reads the segment once (whole: whether the damage may be a
+/// hole of unwritten sectors depends on where the sector boundaries are).
+fn refuse_damage_before_intact(
+    segment: &Segment,
+    offset: u64,
+    len: u64,
+    error: &crate::record::DecodeError,
+) -> Result<()> {
+    // Segment offsets fit in 32 bits (records name them so).
+    let mut bytes = vec![0u8; len as usize];
+    segment
+        .file
+        .read_exact_at(&mut bytes, 0)
+        .map_err(|e| Error::io(format!("reading {}", segment.path.display()), e))?;
+    let Some(found) = crate::check::damage_before_intact(&bytes, offset as usize) else {
+        return Ok(());
+    };
+    Err(Error::Corruption {
+        file: segment.path.clone(),
+        offset: found.damaged,
+        reason: format!(
+            "{error}; an intact record follows at offset {}, so this is damage in the \
+             active segment, not a torn write",
+            found.intact
+        ),
+    })
 }
 
 /// Truncates the active segment to `offset` and syncs the new length.

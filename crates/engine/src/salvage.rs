@@ -1,9 +1,10 @@
-//! Salvage: opening a data directory whose sealed segments are damaged,
-//! when the operator asks for it (`larder serve --salvage`).
+//! Salvage: opening a data directory whose segments are damaged, when the
+//! operator asks for it (`larder serve --salvage`).
 //!
-//! Without salvage, damage in a sealed segment stops the engine from opening
+//! Without salvage, damage in a sealed segment, or in the active (newest
+//! log) segment with intact records after it, stops the engine from opening
 //! (see [`crate::recovery`]): the records there were acknowledged, and
-//! quietly dropping them is not the engine's call. With salvage, each sealed
+//! quietly dropping them is not the engine's call. With salvage, each such
 //! segment with damaged records is rewritten with its intact records only,
 //! one segment at a time: the original is first copied to `damaged/` inside
 //! the data directory (kept for inspection; nothing removes it), the cleaned
@@ -32,10 +33,13 @@
 //! leave where earlier builds created a segment) is moved to `damaged/`
 //! whole; if it has a hint, the hint is copied there too and every record
 //! it names is logged and counted as skipped. A damaged header in front of
-//! records is not salvage's business, nor is damage in the active (newest
-//! log) segment: recovery refuses the former and cuts the latter.
+//! records is not salvage's business, nor is a torn tail of the active
+//! segment (damage that no intact record follows, by the test of
+//! [`crate::check::damage_before_intact`]): recovery refuses the former and
+//! cuts the latter. The active segment's zeros past its last record are the
+//! log's reserved blocks, neither kept nor counted as skipped.
 
-use crate::check::{walk_records, Tail, Walked};
+use crate::check::{damage_before_intact, walk_records, Tail, Walked};
 use crate::error::{Error, Result};
 use crate::fs::{join, read_all, temporary_path, write_synced, Fs};
 use crate::hint::{self, HintWriter};
@@ -49,7 +53,8 @@ use std::path::{Path, PathBuf};
 pub const DAMAGED_DIR: &str = "damaged";
 
 /// Rewrites every damaged sealed segment in `dir` (segment ids `ids`, hint
-/// ids `hint_ids`, both sorted) with its intact records only.
+/// ids `hint_ids`, both sorted), and the active one if intact records
+/// follow its damage, with its intact records only.
 pub(crate) fn salvage(
     fs: &dyn Fs,
     dir: &Path,
@@ -76,9 +81,7 @@ pub(crate) fn salvage(
         .find(|(_, header, _, _)| header.is_some_and(|h| h.origin == Origin::Log))
         .map(|(id, _, _, _)| *id);
     for (id, header, path, len) in &headers {
-        if Some(*id) == active {
-            continue;
-        }
+        let is_active = Some(*id) == active;
         let Some(header) = header else {
             if segment::no_room_for_a_record(*len) {
                 // No room for a record: empty, or a header's length of
@@ -101,7 +104,11 @@ pub(crate) fn salvage(
         }
         let bytes =
             read_all(fs, path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let cleaned = clean(path, &bytes);
+        let header_len = segment::HEADER_BYTES as usize;
+        if is_active && damage_before_intact(&bytes, header_len).is_none() {
+            continue; // intact, or a torn tail that recovery cuts
+        }
+        let cleaned = clean(path, &bytes, is_active);
         if cleaned.skipped == 0 {
             continue;
         }
@@ -121,8 +128,10 @@ struct Cleaned {
 }
 
 /// Keeps the intact records of a segment, dropping damaged ones and the
-/// records of any batch a damaged record interrupts.
-fn clean(path: &Path, bytes: &[u8]) -> Cleaned {
+/// records of any batch a damaged record interrupts. Zeros at the end are
+/// skipped, and counted unless the segment is the `active` one, where they
+/// are the log's reserved blocks.
+fn clean(path: &Path, bytes: &[u8], active: bool) -> Cleaned {
     let header_len = segment::HEADER_BYTES as usize;
     let mut kept = bytes.get(..header_len).unwrap_or_default().to_vec();
     let mut skipped = 0u64;
@@ -160,7 +169,7 @@ fn clean(path: &Path, bytes: &[u8]) -> Cleaned {
         }
     });
     drop_open_batch(path, &mut kept, &mut open_batch, &mut skipped);
-    if let Tail::Zeros(offset) = tail {
+    if let (Tail::Zeros(offset), false) = (tail, active) {
         skipped += 1;
         tracing::warn!(
             file = %path.display(),

@@ -88,8 +88,8 @@ pub struct RecoveryReport {
     pub records: u64,
     /// Live items after recovery.
     pub items: u64,
-    /// Bytes cut from the end of the active segment (a torn or corrupt
-    /// tail), and the file they were cut from.
+    /// Bytes cut from the end of the active segment: a torn tail, damage
+    /// that no intact record follows (damage that one does fails the open).
     pub truncated_bytes: u64,
     /// The file the tail was cut from, if any.
     pub truncated_file: Option<std::path::PathBuf>,
@@ -103,7 +103,8 @@ pub struct RecoveryReport {
     /// Active segments rewritten because syncing them at open failed (see
     /// the README's durability section): 0 or 1.
     pub rewritten_segments: u64,
-    /// Damaged sealed segments salvage rewrote, or moved aside whole when
+    /// Damaged segments salvage rewrote (sealed ones, and the active one
+    /// when intact records follow its damage), or moved aside whole when
     /// they had no header and no room for a record (only when asked for,
     /// see [`crate::Config::salvage`]).
     pub salvaged_segments: u64,

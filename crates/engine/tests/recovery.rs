@@ -1,7 +1,8 @@
 //! Reopening a data directory: what a restart brings back, what damage it
 //! repairs (a torn tail of the active segment), what damage it refuses (a
-//! bad record in a sealed segment), and how it falls back when hint files
-//! are missing or damaged or a compaction was cut short.
+//! bad record in a sealed segment, or in the active segment before an
+//! intact record), and how it falls back when hint files are missing or
+//! damaged or a compaction was cut short.
 //!
 //! Every test runs on a [`MemFs`]; "reopen" is `close` then `open` on the
 //! same file system, unless the test says it crashes or cuts the power.
@@ -1488,5 +1489,201 @@ fn salvage_cut_short_at_any_step_leaves_a_directory_that_salvage_finishes() {
         let mut expected = before.clone();
         expected.remove(&lost);
         assert_eq!(after, expected, "step {failing_create}");
+    }
+}
+
+/// How a test damages one record of a segment file.
+#[derive(Debug, Clone, Copy)]
+enum RecordDamage {
+    /// A flipped bit in the value: the checksum fails.
+    Value,
+    /// A flipped bit in the top byte of the value length: the record claims
+    /// to run 16 MiB further, past the end of the file.
+    Length,
+}
+
+/// Damages the `index`th record of a segment file; returns its offset and
+/// key.
+fn damage_record_by(fs: &MemFs, path: &Path, index: usize, how: RecordDamage) -> (u64, Vec<u8>) {
+    let bytes = fs.read_file(path).unwrap();
+    let at = record_offsets(&bytes)[index];
+    let header = record::decode_header(&bytes[at as usize..]).unwrap();
+    let key = bytes[at as usize..][header.key_range()].to_vec();
+    match how {
+        RecordDamage::Value => {
+            damage_record(fs, path, index);
+        }
+        RecordDamage::Length => fs.corrupt(path, at + 11, 0x01).unwrap(),
+    }
+    (at, key)
+}
+
+/// Ten items acknowledged under `always`, then the process killed (the
+/// log's reserved zeros stay after the last record). Returns the active
+/// segment's path and the items.
+fn ten_synced_items_in_the_active_segment(
+    fs: &MemFs,
+    config: &Config,
+    clock: &Clock,
+) -> (PathBuf, BTreeMap<Vec<u8>, Stored>) {
+    let engine = open(fs, config, clock);
+    fill(&engine, clock, 10, 20);
+    let before = contents(&engine, &keys(10));
+    fs.crash_process();
+    drop(engine);
+    let active = segment_path(*segment_ids(fs).last().unwrap());
+    assert_eq!(record_offsets(&fs.read_file(&active).unwrap()).len(), 10);
+    (active, before)
+}
+
+/// The bug: recovery cut the active segment at its first bad record
+/// whatever followed, and synced the cut. One flipped bit in record 2 of
+/// 10, under `always`, gave a successful open that had dropped 9
+/// acknowledged, synced records, with only a warning and
+/// `truncated_bytes` to show for it. Damage with intact records after it
+/// is not a torn write: the open refuses it, as it refuses damage in a
+/// sealed segment, and leaves the file as it found it.
+#[test]
+fn damage_before_intact_records_of_the_active_segment_fails_open_and_changes_nothing() {
+    for how in [RecordDamage::Value, RecordDamage::Length] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = config(Durability::Always);
+        let (active, _) = ten_synced_items_in_the_active_segment(&fs, &config, &clock);
+        let (damaged_at, _) = damage_record_by(&fs, &active, 1, how);
+        let files = fs.file_names(Path::new(DIR));
+        let damaged = fs.read_file(&active).unwrap();
+
+        let (file, offset, reason) = corruption_at_open(&fs, &config, &clock);
+        assert_eq!(file, active, "{how:?}");
+        assert_eq!(offset, damaged_at, "{how:?}");
+        assert!(
+            reason.contains("intact record follows"),
+            "{how:?}: {reason}"
+        );
+        assert_eq!(fs.read_file(&active).unwrap(), damaged, "{how:?}: cut");
+        assert_eq!(fs.file_names(Path::new(DIR)), files, "{how:?}");
+    }
+}
+
+/// With salvage, the active segment's damage is treated as a sealed
+/// segment's: every intact record, before and after it, is kept, and the
+/// original is kept under `damaged/`.
+#[test]
+fn salvage_keeps_every_intact_record_around_damage_in_the_active_segment() {
+    for how in [RecordDamage::Value, RecordDamage::Length] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = config(Durability::Always);
+        let (active, before) = ten_synced_items_in_the_active_segment(&fs, &config, &clock);
+        let (_, lost) = damage_record_by(&fs, &active, 1, how);
+        let damaged = fs.read_file(&active).unwrap();
+        let salvaging = Config {
+            salvage: true,
+            ..config.clone()
+        };
+
+        let engine = open(&fs, &salvaging, &clock);
+        let report = engine.recovery_report().clone();
+        assert_eq!(report.salvaged_segments, 1, "{how:?}: {report:?}");
+        assert_eq!(report.salvaged_records_skipped, 1, "{how:?}: {report:?}");
+        assert_eq!(report.truncated_bytes, 0, "{how:?}: {report:?}");
+        let mut expected = before.clone();
+        expected.remove(&lost);
+        assert_eq!(expected.len(), 9);
+        assert_eq!(contents(&engine, &keys(10)), expected, "{how:?}");
+        let kept = Path::new(DIR)
+            .join("damaged")
+            .join(active.file_name().unwrap());
+        assert_eq!(fs.read_file(&kept).unwrap(), damaged, "{how:?}");
+        drop(engine);
+
+        // The directory is whole again, even after a power cut.
+        fs.power_cut(None);
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(contents(&engine, &keys(10)), expected, "{how:?}");
+    }
+}
+
+/// A power cut while the page cache writes the segment back out of order:
+/// the sectors up to a sector boundary never reached the disk (zeros, as
+/// the log's blocks past its synced end hold), later ones did. The records
+/// after such a hole were never synced, so it is cut as a torn tail, not
+/// refused, though intact records follow it.
+#[test]
+fn a_hole_of_unwritten_sectors_before_intact_records_is_cut_as_a_torn_tail() {
+    const SECTOR: u64 = 512;
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::EverySec);
+    let engine = open(&fs, &config, &clock);
+    fill(&engine, &clock, 40, 20);
+    let before = contents(&engine, &keys(40));
+    fs.crash_process();
+    drop(engine);
+    let active = segment_path(*segment_ids(&fs).last().unwrap());
+    let bytes = fs.read_file(&active).unwrap();
+    let offsets = record_offsets(&bytes);
+    // The record that crosses the second sector boundary, with records after.
+    let boundary = 2 * SECTOR;
+    let torn = offsets.iter().rposition(|&at| at < boundary).unwrap();
+    assert!(torn + 1 < offsets.len() && torn > 0, "{offsets:?}");
+    let mut holed = bytes.clone();
+    holed[offsets[torn] as usize..boundary as usize].fill(0);
+    fs.write_file(&active, &holed).unwrap();
+
+    let engine = open(&fs, &config, &clock);
+    let report = engine.recovery_report().clone();
+    assert_eq!(report.truncated_file.as_deref(), Some(active.as_path()));
+    assert_eq!(report.truncated_bytes, holed.len() as u64 - offsets[torn]);
+    let kept: BTreeMap<_, _> = before
+        .into_iter()
+        .filter(|(key, _)| keys(torn).contains(key))
+        .collect();
+    assert_eq!(kept.len(), torn);
+    assert_eq!(contents(&engine, &keys(40)), kept);
+}
+
+/// A torn tail (the last record cut short, with the log's reserved zeros
+/// after it or the end of the file) is still cut, and only it, with or
+/// without salvage; nothing goes to `damaged/`.
+#[test]
+fn a_torn_last_record_of_the_active_segment_is_still_cut_alone() {
+    for (zeros_after, salvage) in [(true, false), (false, false), (true, true), (false, true)] {
+        let fs = MemFs::new();
+        let clock = Clock::system();
+        let config = Config {
+            salvage,
+            ..config(Durability::Always)
+        };
+        let (active, before) = ten_synced_items_in_the_active_segment(&fs, &config, &clock);
+        let bytes = fs.read_file(&active).unwrap();
+        let last = *record_offsets(&bytes).last().unwrap() as usize;
+        let end = last + record::decode(&bytes[last..]).unwrap().record_len() as usize;
+        // The last record's second half never reached the disk.
+        let torn_at = last + (end - last) / 2;
+        let mut torn = bytes[..torn_at].to_vec();
+        if zeros_after {
+            torn.resize(bytes.len().max(end + 4096), 0);
+        }
+        fs.write_file(&active, &torn).unwrap();
+
+        let engine = open(&fs, &config, &clock);
+        let case = format!("zeros after: {zeros_after}, salvage: {salvage}");
+        let report = engine.recovery_report().clone();
+        assert_eq!(
+            report.truncated_file.as_deref(),
+            Some(active.as_path()),
+            "{case}"
+        );
+        assert_eq!(report.truncated_bytes, (torn.len() - last) as u64, "{case}");
+        assert_eq!(report.salvaged_segments, 0, "{case}");
+        let mut expected = before.clone();
+        expected.remove(&b"k9"[..]);
+        assert_eq!(contents(&engine, &keys(10)), expected, "{case}");
+        assert_eq!(fs.read_file(&active).unwrap(), &bytes[..last], "{case}");
+        assert!(!fs
+            .file_names(Path::new(DIR))
+            .contains(&"damaged".to_owned()));
     }
 }

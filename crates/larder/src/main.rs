@@ -62,10 +62,9 @@ fn check(args: CheckArgs) -> ExitCode {
     }
     if let Some((file, offset)) = &report.torn_tail {
         println!(
-            "torn tail: {} from offset {offset} (an interrupted write, or damage; the next start \
-             cuts the newest segment there, dropping {} intact records after it)",
-            file.display(),
-            report.records_after_torn_tail
+            "torn tail: {} from offset {offset} (an interrupted write: no intact record follows; \
+             the next start cuts the newest segment there)",
+            file.display()
         );
     }
     for file in &report.unfinished {
