@@ -335,22 +335,27 @@ impl FirstDamage {
     }
 
     /// The damage, if it is not a torn write: an intact record follows it,
-    /// and no zeros in it end at a sector boundary. A power cut while the
-    /// page cache writes a file back out of order leaves sectors that never
-    /// reached the disk, which read as zeros (the log's blocks past its
-    /// synced end hold zeros), before sectors that did: such a hole, and the
-    /// intact but never synced records after it, are cut as a torn tail.
-    /// Records after a hole cannot have been acknowledged under `always`,
-    /// since their sync would have written the hole too. A flipped bit in
-    /// written data leaves no such zeros, except by chance next to a sector
-    /// boundary; then it is cut as a torn tail too, as it always was.
+    /// and it holds no hole. A power cut while the page cache writes a file
+    /// back out of order leaves sectors that never reached the disk, which
+    /// read as zeros (the log's blocks past its synced end hold zeros),
+    /// before sectors that did. Such a hole runs from the first record not
+    /// synced, or from a sector boundary, to a sector boundary: all zeros
+    /// from the damaged record's start, or a whole sector of zeros in it.
+    /// The hole and the intact but never synced records after it are cut
+    /// as a torn tail. Records after a hole cannot have been acknowledged
+    /// under `always`, since their sync would have written the hole too. A
+    /// flipped bit in written data leaves no such zeros, unless its record
+    /// holds a whole sector of them (a large value of zeros, say); then it
+    /// is cut as a torn tail too.
     fn refused(self, bytes: &[u8]) -> Option<DamageBeforeIntact> {
         let (damaged, intact) = (self.damaged?, self.intact_after?);
         let (from, to) = (damaged as usize, intact as usize);
         let first_boundary = (from / SECTOR_BYTES + 1) * SECTOR_BYTES;
-        let hole = (first_boundary..=to)
-            .step_by(SECTOR_BYTES)
-            .any(|boundary| bytes.get(boundary - 1) == Some(&0));
+        let hole = (first_boundary..=to).step_by(SECTOR_BYTES).any(|boundary| {
+            bytes
+                .get(from.max(boundary - SECTOR_BYTES)..boundary)
+                .is_some_and(|run| run.iter().all(|&byte| byte == 0))
+        });
         (!hole).then_some(DamageBeforeIntact { damaged, intact })
     }
 }
@@ -478,6 +483,42 @@ mod tests {
         assert_eq!(
             damage_before_intact(&bytes, segment::HEADER_BYTES as usize),
             None
+        );
+    }
+
+    #[test]
+    fn a_hole_of_zeros_to_a_sector_boundary_is_torn_but_a_flipped_bit_beside_a_zero_is_damage() {
+        let bytes = segment_with_records(40);
+        let start = segment::HEADER_BYTES as usize;
+        let record_len = RECORD_HEADER_BYTES + 3 + 4;
+        // The record that crosses the first sector boundary, and the next.
+        let crossing = start + (512 - start) / record_len * record_len;
+        let after = crossing + record_len;
+        assert!(crossing < 512 && after > 512);
+
+        // Zeros from the crossing record's start to the boundary: sectors
+        // that never reached the disk.
+        let mut holed = bytes.clone();
+        holed[crossing..512].fill(0);
+        assert_eq!(damage_before_intact(&holed, start), None);
+
+        // A whole sector of zeros inside damage that starts earlier.
+        let mut big = segment_with_records(80);
+        big[1024..1536].fill(0);
+        assert_eq!(damage_before_intact(&big, start), None);
+
+        // A flipped bit in the crossing record is damage, though one of its
+        // zero bytes sits just before the boundary: the records after it
+        // were written, and may have been acknowledged.
+        let mut flipped = bytes;
+        assert_eq!(flipped[511], 0);
+        flipped[crossing + 4] ^= 0x01;
+        assert_eq!(
+            damage_before_intact(&flipped, start),
+            Some(DamageBeforeIntact {
+                damaged: crossing as u64,
+                intact: after as u64,
+            })
         );
     }
 

@@ -197,8 +197,6 @@ impl Inner {
         Ok((seq, ticket))
     }
 
-    /// Appends a record that is not a put (delete, touch, flush); such
-    /// records hold no live bytes.
     /// Logs an immediate flush with `seq` and raises the flush generation to
     /// it, both under the log lock (see [`Log::append`]): every segment the
     /// log creates after the record is stamped with the flush. Compaction
@@ -218,6 +216,8 @@ impl Inner {
         Ok(ticket)
     }
 
+    /// Appends a record that is not a put (delete, touch, flush); such
+    /// records hold no live bytes.
     pub(crate) fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
         let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
             record::encode(buf, header, key, value)

@@ -258,6 +258,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         flush_seq.load(Ordering::SeqCst),
     )?;
     if !opened.iter().any(|segment| Arc::ptr_eq(segment, &active)) {
+        remove_empty_log_segments(&*fs, &dir, &mut opened)?;
         opened.push(Arc::clone(&active));
     }
     for segment in &opened {
@@ -350,6 +351,39 @@ fn start_log_segment(
     };
     let created = create_segment(fs, dir, header)?;
     Ok((created, u64::from(segment::HEADER_BYTES)))
+}
+
+/// Removes the log segments that hold nothing but their header (a run that
+/// wrote nothing), with their hints, once the run's new segment is durable:
+/// its header carries a higher seq and the same flush generation, so they
+/// tell recovery nothing, and without this every start would leave one
+/// more file that no compaction ever takes.
+fn remove_empty_log_segments(
+    fs: &dyn Fs,
+    dir: &Path,
+    opened: &mut Vec<Arc<Segment>>,
+) -> Result<()> {
+    let header_only = |segment: &Arc<Segment>| {
+        segment.header.origin == Origin::Log
+            && segment.len_bytes.load(Ordering::Relaxed) == u64::from(segment::HEADER_BYTES)
+    };
+    let (empty, kept): (Vec<_>, Vec<_>) = opened.drain(..).partition(header_only);
+    *opened = kept;
+    if empty.is_empty() {
+        return Ok(());
+    }
+    for segment in &empty {
+        let hint = segment.path.with_extension("hint");
+        match fs.remove(&hint) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(format!("removing {}", hint.display()), error));
+            }
+            _ => {}
+        }
+        remove_file(fs, &segment.path)?;
+    }
+    fs.sync_dir(dir)
+        .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
 }
 
 /// The first seq a run may issue, given `found`: one past every seq the

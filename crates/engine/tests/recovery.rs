@@ -375,6 +375,38 @@ fn log_header(id: u32, next_seq: u64) -> SegmentHeader {
 /// it records the seqs it may issue), writes fail with an error while what
 /// was written stays; a segment named above it fails the open, naming the
 /// file.
+/// Each open starts a new log segment, to record where its seqs start; the
+/// segments of runs that wrote nothing go at the next open, so restarts
+/// leave no trail of empty files, and nothing they held is lost.
+#[test]
+fn restarts_without_writes_leave_no_empty_segments_behind() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    let first_cas = set(&engine, b"kept", b"value");
+    engine.close().unwrap();
+    let mut last_cas = first_cas;
+    for restart in 0..5 {
+        let engine = open(&fs, &config, &clock);
+        assert_eq!(value(&engine, b"kept").as_deref(), Some(&b"value"[..]));
+        assert!(engine.stats().next_cas > last_cas, "restart {restart}");
+        last_cas = engine.stats().next_cas;
+        engine.close().unwrap();
+        // The segment with the record, and this run's empty one.
+        assert_eq!(
+            segment_ids(&fs).len(),
+            2,
+            "restart {restart}: {:?}",
+            fs.file_names(Path::new(DIR))
+        );
+    }
+    fs.power_cut(None);
+    let engine = open(&fs, &config, &clock);
+    assert_eq!(value(&engine, b"kept").as_deref(), Some(&b"value"[..]));
+    assert!(set(&engine, b"new", b"v") > last_cas);
+}
+
 #[test]
 fn segment_ids_run_out_with_an_error_and_never_wrap() {
     let fs = MemFs::new();
