@@ -529,28 +529,35 @@ def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_
     assert stored == b"STORED\r\nVALUE exactly_one_mib 0 %d\r\n" % MB + value + b"\r\nEND\r\n", stored[:200]
 
 
-def binary_request(opcode: int, key: bytes, opaque: int) -> bytes:
-    """A binary-protocol request with no extras and no value."""
-    header = bytes([0x80, opcode]) + len(key).to_bytes(2, "big") + bytes(4)
-    return header + len(key).to_bytes(4, "big") + opaque.to_bytes(4, "big") + bytes(8) + key
+def binary_request(opcode: int, key: bytes, opaque: int, extras: bytes = b"", value: bytes = b"") -> bytes:
+    """A binary-protocol request."""
+    body = extras + key + value
+    header = bytes([0x80, opcode]) + len(key).to_bytes(2, "big") + bytes([len(extras), 0, 0, 0])
+    return header + len(body).to_bytes(4, "big") + opaque.to_bytes(4, "big") + bytes(8) + body
 
 
-def read_to_close(sock: socket.socket) -> bytes:
+def read_exactly(sock: socket.socket, count: int) -> bytes:
     sock.settimeout(5)
-    reply = b""
-    while True:
-        try:
-            data = sock.recv(1 << 16)
-        except ConnectionResetError:
-            break
-        if not data:
-            break
-        reply += data
-    return reply
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        assert chunk, f"closed after {len(data)} of {count} bytes: {data[:200]!r}"
+        data += chunk
+    return data
+
+
+def read_not_supported(sock: socket.socket, opcode: int, opaque: int) -> None:
+    header = read_exactly(sock, 24)
+    assert header[0] == 0x81, header  # a binary response
+    assert header[1] == opcode, header  # to the request's opcode
+    assert int.from_bytes(header[6:8], "big") == 0x0083, header  # Not supported
+    assert header[12:16] == opaque.to_bytes(4, "big"), header  # the request's opaque
+    body = read_exactly(sock, int.from_bytes(header[8:12], "big"))
+    assert b"not the binary protocol" in body, body
 
 
 @pytest.mark.parametrize("split", [None, 1, 23], ids=["whole", "split_after_1", "split_after_23"])
-def test_a_binary_protocol_request_is_answered_not_supported_in_that_protocol(module_larder, split):
+def test_binary_protocol_requests_are_answered_not_supported_in_that_protocol(module_larder, split):
     # A binary `get` (opcode 0x00) of key "hello", whose header may come in two parts.
     request = binary_request(0x00, b"hello", opaque=0xDEADBEEF)
     with socket.create_connection(module_larder.address, timeout=STEP_TIMEOUT_S) as sock:
@@ -561,15 +568,17 @@ def test_a_binary_protocol_request_is_answered_not_supported_in_that_protocol(mo
                 sock.recv(1)  # no reply before the whole 24-byte header
             request = request[split:]
         sock.sendall(request)
-        reply = read_to_close(sock)
-    header, body = reply[:24], reply[24:]
-    assert header[0] == 0x81, reply[:200]  # a binary response
-    assert header[1] == 0x00, reply[:200]  # to the request's opcode
-    assert int.from_bytes(header[6:8], "big") == 0x0083, reply[:200]  # Not supported
-    assert int.from_bytes(header[8:12], "big") == len(body), reply[:200]
-    assert header[12:16] == (0xDEADBEEF).to_bytes(4, "big"), reply[:200]  # the request's opaque
-    assert b"not the binary protocol" in body, body
-    # Then closed: nothing after the one response.
+        read_not_supported(sock, opcode=0x00, opaque=0xDEADBEEF)
+        # The connection stays open; a `set` (0x01) with a large body is
+        # answered too, its body skipped, and so is `quit` (0x07), which
+        # then closes the connection.
+        value = b"v" * 200_000
+        sock.sendall(binary_request(0x01, b"big", opaque=7, extras=bytes(8), value=value))
+        read_not_supported(sock, opcode=0x01, opaque=7)
+        sock.sendall(binary_request(0x07, b"", opaque=8))
+        read_not_supported(sock, opcode=0x07, opaque=8)
+        sock.settimeout(5)
+        assert sock.recv(1) == b""  # closed
 
 
 def test_a_binary_client_gets_its_error_at_once(module_larder):
@@ -579,12 +588,13 @@ def test_a_binary_client_gets_its_error_at_once(module_larder):
     host, port = module_larder.address
     client = bmemcached.Client([f"{host}:{port}"])
     try:
-        with pytest.raises(MemcachedException) as raised:
-            client.get("binary_client_probe")
+        for _ in range(2):  # the same connection answers again
+            with pytest.raises(MemcachedException) as raised:
+                client.get("binary_client_probe")
+            assert raised.value.code == 0x0083, raised.value
+            assert "not the binary protocol" in str(raised.value), raised.value
     finally:
         client.disconnect_all()
-    assert raised.value.code == 0x0083, raised.value
-    assert "not the binary protocol" in str(raised.value), raised.value
 
 
 def main(argv: Sequence[str]) -> int:

@@ -5,9 +5,10 @@
 //! binary request's magic, which no text command starts with. Larder looks
 //! at the same byte. A binary client waiting for a binary reply would
 //! otherwise wait for good, since its request holds no line break for the
-//! text protocol to end on. [`write_not_supported`] answers it with the
-//! protocol's own "Not supported" status and a message saying which
-//! protocols to use, which a binary client reports as the request's error.
+//! text protocol to end on. [`write_not_supported`] answers each request
+//! with the protocol's own "Not supported" status and a message saying
+//! which protocols to use, which a binary client reports as the request's
+//! error; the request's body ([`body_bytes`]) is skipped.
 
 use bytes::BufMut;
 
@@ -22,6 +23,15 @@ pub const STATUS_NOT_SUPPORTED: u16 = 0x0083;
 /// The body of the "Not supported" response.
 pub const NOT_SUPPORTED_MESSAGE: &[u8] =
     b"Not supported: Larder speaks the memcached text and meta protocols, not the binary protocol";
+
+/// The `quit` request's opcode, and its quiet form's: the connection
+/// closes after the response (none for the quiet one).
+pub const OPCODES_QUIT: [u8; 2] = [0x07, 0x17];
+
+/// Bytes after the header: extras, key and value.
+pub fn body_bytes(request: &[u8; HEADER_BYTES]) -> u32 {
+    u32::from_be_bytes([request[8], request[9], request[10], request[11]])
+}
 
 /// Appends the "Not supported" response to the request whose header is
 /// `request`: the same opcode and opaque, no extras, key or cas, and

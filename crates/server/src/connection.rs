@@ -44,7 +44,7 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::
         stream,
         input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
         discard_bytes: 0,
-        protocol_known: false,
+        protocol: Protocol::Unknown,
         session: Session::new(Arc::clone(&shared)),
     };
     // One wait for the shutdown for the connection's whole life, rather
@@ -69,10 +69,21 @@ struct Connection {
     input: BytesMut,
     /// Bytes of a rejected data block still to be swallowed.
     discard_bytes: u64,
-    /// Whether the connection's first byte has come and was not a binary
-    /// request's (see [`Connection::refuse_binary`]).
-    protocol_known: bool,
+    /// Chosen by the connection's first byte, as in memcached.
+    protocol: Protocol,
     session: Session,
+}
+
+/// The protocol a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    /// No byte has come yet.
+    Unknown,
+    /// memcached's text and meta protocols.
+    Text,
+    /// memcached's binary protocol, which Larder does not speak: every
+    /// request is answered "Not supported" (see [`Connection::refuse_binary`]).
+    Binary,
 }
 
 impl Connection {
@@ -145,12 +156,12 @@ impl Connection {
     /// or one that is refused) is dealt with once every request before it
     /// has been handled.
     fn process(&mut self) -> Processed {
-        if !self.protocol_known {
-            match self.input.first() {
+        if self.protocol == Protocol::Unknown {
+            self.protocol = match self.input.first() {
                 None => return Processed::NeedInput,
-                Some(&binary::REQUEST_MAGIC) => return self.refuse_binary(),
-                Some(_) => self.protocol_known = true,
-            }
+                Some(&binary::REQUEST_MAGIC) => Protocol::Binary,
+                Some(_) => Protocol::Text,
+            };
         }
         let limits = self.session.shared.limits;
         loop {
@@ -164,6 +175,12 @@ impl Connection {
             }
             if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
                 return Processed::OutputFull;
+            }
+            if self.protocol == Protocol::Binary {
+                match self.refuse_binary() {
+                    Some(next) => return next,
+                    None => continue,
+                }
             }
             let mut window = [None; WINDOW_REQUESTS];
             let (mut parsed, mut at) = (0, 0);
@@ -251,18 +268,27 @@ impl Connection {
         }
     }
 
-    /// Answers a connection that opened with a binary request: once its
+    /// Answers the binary request at the front of the input, once its
     /// header is in, with the binary protocol's "Not supported" (the
-    /// message says which protocols to use), then closes the connection.
-    /// As in memcached, only the first byte chooses: later input is text,
-    /// whatever its bytes.
-    fn refuse_binary(&mut self) -> Processed {
-        let Some(header) = self.input.first_chunk::<{ binary::HEADER_BYTES }>() else {
-            return Processed::NeedInput;
+    /// message says which protocols to use); its body is swallowed as it
+    /// comes, so the connection stays open for the client to close. Returns
+    /// what the connection does next, or `None` to go on.
+    fn refuse_binary(&mut self) -> Option<Processed> {
+        let Some(&header) = self.input.first_chunk::<{ binary::HEADER_BYTES }>() else {
+            return Some(Processed::NeedInput);
         };
-        binary::write_not_supported(&mut self.session.output, header);
+        if header[0] != binary::REQUEST_MAGIC {
+            // Not a binary request: the stream cannot be followed.
+            return Some(Processed::Close(End::ProtocolClose));
+        }
+        let quit = binary::OPCODES_QUIT.contains(&header[1]);
+        if header[1] != binary::OPCODES_QUIT[1] {
+            binary::write_not_supported(&mut self.session.output, &header);
+        }
+        self.input.advance(binary::HEADER_BYTES);
+        self.discard_bytes = u64::from(binary::body_bytes(&header));
         tracing::debug!("a client spoke memcached's binary protocol: answered Not supported");
-        Processed::Close(End::ProtocolClose)
+        quit.then_some(Processed::Close(End::Done))
     }
 
     /// Commits the batch's writes, then sends its replies.

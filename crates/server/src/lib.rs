@@ -147,20 +147,18 @@ impl Server {
         let (stop_sender, stop) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut connections = JoinSet::new();
-        let mut accepts_failing = false;
+        let mut accept_warned: Option<std::time::Instant> = None;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        if std::mem::take(&mut accepts_failing) {
-                            tracing::info!("accepting connections again");
-                        }
-                        accept(stream, &shared, &permits, &stop, &mut connections);
-                    }
+                    Ok((stream, _)) => accept(stream, &shared, &permits, &stop, &mut connections),
                     Err(error) if out_of_resources(&error) => {
-                        if !std::mem::replace(&mut accepts_failing, true) {
+                        let quiet = accept_warned
+                            .is_some_and(|at| at.elapsed() < limits::ACCEPT_WARNING_INTERVAL);
+                        if !quiet {
+                            accept_warned = Some(std::time::Instant::now());
                             tracing::warn!(
                                 %error,
                                 "cannot accept a connection; retrying every {} ms \
@@ -218,12 +216,15 @@ impl Server {
     }
 }
 
-/// File descriptors the server needs besides one per connection: the
-/// listener, segment and hint files, the log's directory, standard streams.
+/// File descriptors the server needs besides one per connection at the
+/// least: the listener, the log's directory, standard streams, and a few
+/// segment and hint files (each segment file stays open).
 const FILES_BESIDES_CONNECTIONS: u64 = 64;
 
-/// Raises the soft limit on open files, as memcached does, so that
-/// `max_connections` connections fit; warns if the hard limit is too low.
+/// Raises the soft limit on open files to the hard limit, so that
+/// connections and segment files (one each, and a store grows by one per
+/// 64 MiB segment) do not run out of descriptors first; warns if the hard
+/// limit is below `max_connections` plus [`FILES_BESIDES_CONNECTIONS`].
 fn make_room_for_connections(max_connections: usize) {
     let wanted = (max_connections as u64).saturating_add(FILES_BESIDES_CONNECTIONS);
     let mut limit = libc::rlimit {
@@ -233,12 +234,12 @@ fn make_room_for_connections(max_connections: usize) {
     // SAFETY: getrlimit and setrlimit read and write the one rlimit passed,
     // which is valid for both.
     let open_files = unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= wanted {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
             return;
         }
         let before = limit.rlim_cur;
-        limit.rlim_cur = wanted.min(limit.rlim_max);
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+        limit.rlim_cur = limit.rlim_max;
+        if before >= limit.rlim_max || libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
             limit.rlim_cur
         } else {
             before

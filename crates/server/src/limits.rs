@@ -44,6 +44,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// first): the waiting connection stays ready to accept, so accepting again
 /// at once would only fail again, at the cost of a whole core.
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// While accepts keep failing so, the warning is logged at most this
+/// often.
+pub const ACCEPT_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 /// How long graceful shutdown waits for connections to finish their
 /// current requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);

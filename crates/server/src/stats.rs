@@ -152,9 +152,10 @@ impl Registry {
 
 /// A connection's slot of counters, given back when dropped.
 ///
-/// It is `Send` but not `Sync`: only the one connection that holds it can
-/// reach its counters to add to them, which is the single writer that
-/// [`Counter::add`] relies on.
+/// It is `Send` but not `Sync`, so a connection cannot share it with
+/// another thread by reference; the single writer that [`Counter::add`]
+/// relies on still rests on nobody sending on the `&CommandCounts` it
+/// dereferences to.
 #[derive(Debug)]
 pub struct OpenCounts {
     /// The slot's counters, held here so that counting looks nothing up.
@@ -192,10 +193,12 @@ impl Counts {
         }
     }
 
-    /// Every connection's counts since the last `stats reset`.
+    /// Every connection's counts since the last `stats reset`. Summed under
+    /// the reset's lock, so that a reset cannot come between the sum and
+    /// what it is taken from (connections never take that lock).
     pub fn totals(&self) -> CountTotals {
-        let sum = self.registry.sum();
-        sum.since(&self.registry.at_reset.lock())
+        let at_reset = self.registry.at_reset.lock();
+        self.registry.sum().since(&at_reset)
     }
 
     /// `stats reset`: counts start again from zero.
