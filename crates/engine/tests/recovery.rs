@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{config, contents, keys, open, set, value, wait_until, Stored};
+use common::{config, contents, failure_points, keys, open, set, value, wait_until, Stored};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
 use larder_engine::record::{self, Header, Kind, SEQ_GAP_AT_OPEN, SEQ_MAX};
 use larder_engine::segment::{self, Origin, SegmentHeader};
@@ -1142,14 +1142,7 @@ fn interrupted_compaction_loses_nothing(fault: FaultKind, n: u64) -> bool {
 #[test]
 fn a_compaction_that_fails_part_way_loses_nothing_at_reopen() {
     for fault in [FaultKind::Eio, FaultKind::NoSpace, FaultKind::EioOnSync] {
-        let mut failed = 0;
-        for n in 1..40 {
-            if interrupted_compaction_loses_nothing(fault, n) {
-                failed += 1;
-            } else {
-                break;
-            }
-        }
+        let failed = failure_points(|n| interrupted_compaction_loses_nothing(fault, n));
         assert!(failed >= 3, "{fault:?}: only {failed} failure points");
     }
 }

@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{config, open, set, value};
+use common::{config, failure_points, open, set, value};
 use larder_engine::fs::{FaultKind, MemFs};
 use larder_engine::{Clock, Config, Durability, Engine};
 
@@ -225,14 +225,7 @@ fn tombstone_compaction_cut_short(fault: FaultKind, n: u64) -> bool {
 #[test]
 fn a_compaction_dropping_tombstones_cut_short_by_a_power_cut_brings_nothing_back() {
     for fault in [FaultKind::Eio, FaultKind::EioOnSync] {
-        let mut failed = 0;
-        for n in 1..40 {
-            if tombstone_compaction_cut_short(fault, n) {
-                failed += 1;
-            } else {
-                break;
-            }
-        }
+        let failed = failure_points(|n| tombstone_compaction_cut_short(fault, n));
         assert!(failed >= 1, "{fault:?}: no failure point");
     }
 }

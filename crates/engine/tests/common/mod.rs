@@ -62,6 +62,14 @@ pub fn keys(count: usize) -> Vec<Vec<u8>> {
     (0..count).map(|i| format!("k{i}").into_bytes()).collect()
 }
 
+/// How many fault points in a row, from the first, make `fails_at(n)`
+/// (a run with a fault injected at the `n`th chance) fail: every one of
+/// them is a crash point the run has checked. Stops at the first run that
+/// succeeds, and at 40.
+pub fn failure_points(mut fails_at: impl FnMut(u64) -> bool) -> u64 {
+    (1..40).take_while(|&n| fails_at(n)).count() as u64
+}
+
 /// Polls a future once with a waker that does nothing: starts a commit
 /// (the record reaches the OS, a sync is requested) without waiting for it.
 pub fn poll_once<F: std::future::Future + Unpin>(future: &mut F) -> std::task::Poll<F::Output> {
