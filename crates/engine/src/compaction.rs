@@ -673,8 +673,8 @@ impl Batch<'_> {
                 });
             }
             if header.kind == Kind::Delete {
-                let kept_for = self.tombstones.kept_for(self.segment, key, header.seq);
                 output.tombstone_bytes_kept += header.record_len();
+                let kept_for = self.tombstones.kept_for(self.segment, key, header.seq);
                 output.kept_for.extend(kept_for);
             }
             if output.buffer.len() >= OUTPUT_BUFFER_BYTES {
@@ -727,10 +727,10 @@ impl Batch<'_> {
         match header.kind {
             Kind::Put => live_put(entry()?, self.segment.id, read.offset, header),
             Kind::Delete => tombstone_needed(entry, header, self.min_seq_elsewhere).filter(|_| {
-                !self
-                    .tombstones
+                self.tombstones
                     .kept_for(self.segment, key, header.seq)
-                    .is_empty()
+                    .next()
+                    .is_some()
             }),
             Kind::Touch => touch_needed(entry()?, header, record::touch_target(header, bytes)),
             Kind::Flush => pending_flush(header, self.flush_seq),

@@ -71,25 +71,22 @@ pub(crate) struct Tombstones {
 
 impl Tombstones {
     /// The segments whose older puts of `key` the tombstone of `seq` in
-    /// `segment` hides; empty if it is not needed.
-    pub(crate) fn kept_for(&self, segment: &Segment, key: &[u8], seq: u64) -> Vec<u32> {
-        let Some(records) = self.keys.get(key) else {
-            // Not gathered: no other segment has a record below `seq`.
-            return Vec::new();
-        };
-        if records.newest_tombstone() > seq || segment.tombstone_replaced(key, seq) {
-            return Vec::new();
-        }
-        let puts = records.puts.iter().copied();
-        let unread = self.unread.iter().copied();
-        let mut kept_for: Vec<u32> = puts
-            .chain(unread)
-            .filter(|&(id, older)| id != segment.id && older < seq)
-            .map(|(id, _)| id)
-            .collect();
-        kept_for.sort_unstable();
-        kept_for.dedup();
-        kept_for
+    /// `segment` hides, possibly repeated; none if it is not needed.
+    pub(crate) fn kept_for<'a>(
+        &'a self,
+        segment: &'a Segment,
+        key: &[u8],
+        seq: u64,
+    ) -> impl Iterator<Item = u32> + 'a {
+        // Not gathered: no other segment has a record below `seq`.
+        let records = self.keys.get(key).filter(|records| {
+            records.newest_tombstone() <= seq && !segment.tombstone_replaced(key, seq)
+        });
+        let puts = records.into_iter().flat_map(|records| records.puts.iter());
+        let unread = self.unread.iter().filter(move |_| records.is_some());
+        puts.chain(unread)
+            .filter(move |&&(id, older)| id != segment.id && older < seq)
+            .map(|&(id, _)| id)
     }
 }
 

@@ -11,7 +11,10 @@
 
 mod common;
 
-use common::{config, contents, failure_points, keys, open, set, value, wait_until, Stored};
+use common::{
+    compact_into_a_power_cut, config, contents, failure_points, keys, open, set, value, wait_until,
+    Stored,
+};
 use larder_engine::fs::{FaultKind, Fs, MemFs};
 use larder_engine::record::{self, Header, Kind, SEQ_GAP_AT_OPEN, SEQ_MAX};
 use larder_engine::segment::{self, Origin, SegmentHeader};
@@ -1161,12 +1164,7 @@ fn a_compaction_interrupted_by_a_power_cut_at_any_step_loses_nothing() {
             fill(&engine, &clock, 30, 45);
             let keys = keys(60);
             let before = contents(&engine, &keys);
-            fs.inject_nth(fault, n);
-            let result = engine.compact_now(0.0);
-            fs.power_cut(Some(n));
-            fs.clear_faults();
-            drop(engine);
-            let engine = open(&fs, &config, &clock);
+            let (result, engine) = compact_into_a_power_cut(&fs, engine, &config, &clock, fault, n);
             assert_eq!(
                 contents(&engine, &keys),
                 before,

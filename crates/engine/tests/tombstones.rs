@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{config, failure_points, open, set, value};
+use common::{compact_into_a_power_cut, config, failure_points, open, set, value};
 use larder_engine::fs::{FaultKind, MemFs};
 use larder_engine::{Clock, Config, Durability, Engine};
 
@@ -206,12 +206,7 @@ fn tombstone_compaction_cut_short(fault: FaultKind, n: u64) -> bool {
     // Under `None` a power cut may lose unsynced deletes, whatever
     // compaction does.
     engine.sync().unwrap();
-    fs.inject_nth(fault, n);
-    let result = engine.compact_now(0.0);
-    fs.power_cut(Some(n));
-    fs.clear_faults();
-    drop(engine);
-    let engine = open(&fs, &config, &clock);
+    let (result, engine) = compact_into_a_power_cut(&fs, engine, &config, &clock, fault, n);
     let what = format!("{fault:?} at operation {n}: {result:?}");
     check_contents(&engine, &what);
     settle(&engine, 0.0);

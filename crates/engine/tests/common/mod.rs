@@ -62,6 +62,25 @@ pub fn keys(count: usize) -> Vec<Vec<u8>> {
     (0..count).map(|i| format!("k{i}").into_bytes()).collect()
 }
 
+/// Runs a compaction with `fault` injected at its `n`th chance, cuts the
+/// power (tearing the `n`th write) and opens the directory again. Returns
+/// how the compaction ended and the reopened engine.
+pub fn compact_into_a_power_cut(
+    fs: &MemFs,
+    engine: Engine,
+    config: &Config,
+    clock: &Clock,
+    fault: larder_engine::fs::FaultKind,
+    n: u64,
+) -> (larder_engine::Result<usize>, Engine) {
+    fs.inject_nth(fault, n);
+    let result = engine.compact_now(0.0);
+    fs.power_cut(Some(n));
+    fs.clear_faults();
+    drop(engine);
+    (result, open(fs, config, clock))
+}
+
 /// How many fault points in a row, from the first, make `fails_at(n)`
 /// (a run with a fault injected at the `n`th chance) fail: every one of
 /// them is a crash point the run has checked. Stops at the first run that
