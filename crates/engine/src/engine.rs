@@ -8,7 +8,7 @@
 //! engine (or [`Engine::close`]) stops them and syncs the log.
 
 use crate::clock::{is_expired, Clock};
-use crate::config::Config;
+use crate::config::{Config, Durability};
 use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 use crate::idle::IdleSignal;
@@ -79,6 +79,9 @@ pub(crate) struct Inner {
     pub clock: Clock,
     pub next_seq: Arc<AtomicU64>,
     pub flush_seq: Arc<AtomicU64>,
+    /// The log position just past the latest immediate flush record,
+    /// raised before `flush_seq` (see [`Inner::seen`]).
+    pub flush_lsn: AtomicU64,
     /// Unix second a delayed `flush_all` takes effect, 0 = none pending.
     pub flush_deadline: AtomicU32,
     /// Highest flush_seq whose items the maintenance thread has reclaimed.
@@ -181,17 +184,25 @@ impl Engine {
         Ok(())
     }
 
-    /// Reads `key`. `Ok(None)` when absent, expired or flushed.
+    /// Reads `key`. `Ok(None)` when absent, expired or flushed. Under
+    /// `Always` it first waits for the unsynced writes it saw to be synced
+    /// (see [`Engine::get_with`]).
     ///
     /// Errors: [`Error::Corruption`] if the value had to be read from a
-    /// segment file and failed its checksum; [`Error::Io`] if that read failed.
+    /// segment file and failed its checksum; [`Error::Io`] if that read
+    /// failed; a commit's errors (see [`Engine::commit`]).
     pub fn get(&self, key: &[u8]) -> Result<Option<Item>> {
-        self.get_with(key, ReadOptions::default())
-            .map(|(item, _)| item)
+        let (item, ticket) = self.get_with(key, ReadOptions::default())?;
+        self.commit(ticket)?;
+        Ok(item)
     }
 
     /// Reads `key` with options; returns the item and the ticket to commit
-    /// when the read also wrote (a touch).
+    /// before the answer is acted on: a touch's, and under `Always` that of
+    /// every write the read may have seen that is not yet synced (another
+    /// client's value, delete or flush), so that nobody acts on a write a
+    /// power cut could still take back. Under the other modes a read's
+    /// ticket is [`Ticket::NONE`].
     pub fn get_with(&self, key: &[u8], options: ReadOptions) -> Result<(Option<Item>, Ticket)> {
         if options.touch.is_some() {
             return self.inner.touch(key, options);
@@ -200,8 +211,7 @@ impl Engine {
             item.value = value.into_bytes();
             item
         };
-        let found = self.read_retrying(key, options, &mut take)?;
-        Ok((found, Ticket::NONE))
+        self.read_retrying(key, options, &mut take)
     }
 
     /// Reads `key` as [`Engine::get_with`] does and hands the item to
@@ -228,8 +238,7 @@ impl Engine {
             return Ok((visited, ticket));
         }
         let mut take = |item: Item, value: Found<'_>| visit(&item, value.as_slice());
-        let found = self.read_retrying(key, options, &mut take)?;
-        Ok((found, Ticket::NONE))
+        self.read_retrying(key, options, &mut take)
     }
 
     /// [`Inner::read_once`] until the value stays where the keydir said.
@@ -238,7 +247,7 @@ impl Engine {
         key: &[u8],
         options: ReadOptions,
         take: &mut impl FnMut(Item, Found<'_>) -> R,
-    ) -> Result<Option<R>> {
+    ) -> Result<(Option<R>, Ticket)> {
         for _ in 0..READ_RETRIES_MAX {
             if let Some(found) = self.inner.read_once(key, options, take)? {
                 return Ok(found);
@@ -398,6 +407,55 @@ impl Inner {
         now
     }
 
+    /// What a read or a write that changed nothing must commit before it is
+    /// answered: under `Always`, the log position of every unsynced record
+    /// whose effect it may have seen, so that no client acts on a write a
+    /// power cut can still take back (B reads what A wrote and is waiting
+    /// to sync); [`Ticket::NONE`] when that is synced, and in the other
+    /// modes, which acknowledge before syncing anyway. Call it under the
+    /// read or write lock of partition `index`; `entry` is the key's entry
+    /// if it has one, live or not.
+    ///
+    /// It covers the entry's own record when that is in the active log
+    /// segment (a sealed segment was synced when sealed, and a compaction
+    /// output holds copies of records in sealed segments, which stay until
+    /// the output is synced), the partition's latest
+    /// delete or touch (which no entry points at), and the latest
+    /// immediate flush. A read of a recently written key or partition then
+    /// waits for the group commit its writer waits for; one that finds
+    /// everything synced pays three loads.
+    #[inline]
+    pub fn seen(&self, index: usize, entry: Option<&Entry>) -> Ticket {
+        if self.config.durability != Durability::Always {
+            return Ticket::NONE;
+        }
+        let synced = self.log.synced_lsn();
+        let mut position = self
+            .keydir
+            .changed(index)
+            .max(self.flush_lsn.load(Ordering::Acquire));
+        // The synced position is in the active segment (see
+        // `Log::synced_lsn`); an entry in another is durable.
+        if let Some(entry) = entry.filter(|entry| u64::from(entry.segment_id()) == synced >> 32) {
+            let end = u64::from(entry.offset()) + entry.record_len();
+            position = position.max(crate::log::lsn(entry.segment_id(), end));
+        }
+        if position > synced {
+            Ticket(position)
+        } else {
+            Ticket::NONE
+        }
+    }
+
+    /// Notes a delete or touch of a key in the partition of `hash`, whose
+    /// write lock is held, for [`Inner::seen`].
+    pub(crate) fn note_change(&self, hash: u64, ticket: Ticket) {
+        if self.config.durability == Durability::Always {
+            self.keydir
+                .note_change(self.keydir.partition_index(hash), ticket.0);
+        }
+    }
+
     /// True when `entry` holds a live item at `now`.
     pub fn is_live(&self, entry: &Entry, now: u32) -> bool {
         !is_expired(entry.exptime(), now) && entry.cas() >= self.flush_seq.load(Ordering::Acquire)
@@ -405,25 +463,28 @@ impl Inner {
 
     /// One attempt at a read without touch, handing what it found to `take`
     /// (at most once). `Ok(None)` means retry (the value moved);
-    /// `Ok(Some(None))` is a miss.
+    /// `Ok(Some((None, _)))` is a miss. The ticket is what the answer must
+    /// wait for ([`Inner::seen`]).
     fn read_once<R>(
         &self,
         key: &[u8],
         options: ReadOptions,
         take: &mut impl FnMut(Item, Found<'_>) -> R,
-    ) -> Result<Option<Option<R>>> {
+    ) -> Result<Option<(Option<R>, Ticket)>> {
         let now = self.now();
         let hash = self.keydir.hash(key);
-        let table = self.keydir.partition(hash).read();
+        let index = self.keydir.partition_index(hash);
+        let table = self.keydir.partition_at(index).read();
         let Some(entry) = keydir::find(&table, hash, key) else {
-            return Ok(Some(None));
+            return Ok(Some((None, self.seen(index, None))));
         };
+        let seen = self.seen(index, Some(entry));
         if !self.is_live(entry, now) {
-            return Ok(Some(None));
+            return Ok(Some((None, seen)));
         }
         let item = self.describe(entry, now, options);
         if let Some(value) = entry.cached_value() {
-            return Ok(Some(Some(take(item, Found::InMemory(value)))));
+            return Ok(Some((Some(take(item, Found::InMemory(value))), seen)));
         }
         let (segment_id, offset, value_len) =
             (entry.segment_id(), entry.offset(), entry.value_len());
@@ -432,7 +493,7 @@ impl Inner {
             return Ok(None);
         };
         self.maybe_cache(key, hash, item.cas, &value);
-        Ok(Some(Some(take(item, Found::FromDisk(value)))))
+        Ok(Some((Some(take(item, Found::FromDisk(value))), seen)))
     }
 
     /// The item's metadata (value left empty), updating access bits.

@@ -21,7 +21,7 @@ use parking_lot::RwLock;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// The value bytes follow the key in `data`.
 pub const BIT_CACHED: u8 = 1;
@@ -411,6 +411,12 @@ pub struct Keydir {
     /// so the sweep passes over partitions of items that never expire
     /// without walking them.
     may_expire: Box<[AtomicBool]>,
+    /// Per partition: the log position just past its latest delete or
+    /// touch, raised under its write lock (only under `Always`, the one
+    /// mode that reads it; see [`crate::engine::Inner::seen`]). A read that
+    /// misses, or finds an item's expiry, may be answering such a record,
+    /// which no entry points at.
+    changed: Box<[AtomicU64]>,
     /// Partition count less one.
     mask: usize,
     hasher: RandomState,
@@ -437,6 +443,7 @@ impl Keydir {
         Keydir {
             partitions: (0..count).map(|_| RwLock::new(Table::new())).collect(),
             may_expire: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            changed: (0..count).map(|_| AtomicU64::new(0)).collect(),
             mask: count - 1,
             hasher: RandomState::default(),
         }
@@ -505,6 +512,27 @@ impl Keydir {
             reason = "index comes from partition_index or a loop below len()"
         )]
         &self.may_expire[index]
+    }
+
+    /// Notes that partition `index` holds a delete or touch ending at log
+    /// position `lsn`. Call it under the partition's write lock.
+    pub fn note_change(&self, index: usize, lsn: u64) {
+        self.changed_at(index).fetch_max(lsn, Ordering::Relaxed);
+    }
+
+    /// The log position just past partition `index`'s latest delete or
+    /// touch (0 if none was noted). Read under the partition's lock, it
+    /// covers every such record whose effect the reader can see.
+    pub fn changed(&self, index: usize) -> u64 {
+        self.changed_at(index).load(Ordering::Relaxed)
+    }
+
+    fn changed_at(&self, index: usize) -> &AtomicU64 {
+        #[expect(
+            clippy::indexing_slicing,
+            reason = "index comes from partition_index or a loop below len()"
+        )]
+        &self.changed[index]
     }
 
     /// Number of partitions (never zero).

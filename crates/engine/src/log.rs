@@ -49,6 +49,7 @@ use crate::fs::{join, temporary_path, Fs};
 use crate::idle::IdleSignal;
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::Counters;
+use crossbeam_utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::future::Future;
 use std::path::PathBuf;
@@ -276,7 +277,10 @@ pub struct Log {
     counters: Arc<Counters>,
     state: Mutex<LogState>,
     written_lsn: AtomicU64,
-    synced_lsn: AtomicU64,
+    /// In a cache line of its own: under `Always` every read loads it (see
+    /// [`Log::synced_lsn`]), and the line beside it changes with every
+    /// append.
+    synced_lsn: CachePadded<AtomicU64>,
     sync: Mutex<SyncState>,
     /// Held across each `fdatasync` and the publishing of its result, so
     /// that a failure is recorded before any other sync can publish a
@@ -360,7 +364,7 @@ impl Log {
                 reserve_asked: false,
             }),
             written_lsn: AtomicU64::new(position),
-            synced_lsn: AtomicU64::new(position),
+            synced_lsn: CachePadded::new(AtomicU64::new(position)),
             sync: Mutex::new(SyncState {
                 requested: 0,
                 failed: None,
@@ -423,11 +427,12 @@ impl Log {
     /// `encode` runs under the log lock, after any rotation this append
     /// makes, and only if the append then succeeds: what it publishes (a
     /// raised flush generation, say) is seen by the header of every segment
-    /// the log creates after these records.
+    /// the log creates after these records. It is handed the ticket the
+    /// append returns, to publish with it.
     pub fn append(
         &self,
         len: u64,
-        encode: impl FnOnce(&mut Vec<u8>),
+        encode: impl FnOnce(&mut Vec<u8>, Ticket),
     ) -> Result<(Arc<Segment>, u32, Ticket)> {
         let mut state = self.state.lock();
         let header = u64::from(segment::HEADER_BYTES);
@@ -440,7 +445,8 @@ impl Log {
             )));
         }
         let before = state.buffer.len();
-        encode(&mut state.buffer);
+        let ticket = Ticket(lsn(state.active.id, state.end + len));
+        encode(&mut state.buffer, ticket);
         assert_eq!((state.buffer.len() - before) as u64, len);
         let offset = state.end as u32;
         state.end += len;
@@ -449,7 +455,6 @@ impl Log {
             && presync_due(self.segment_bytes_max, u64::from(offset), state.end);
         let segment = Arc::clone(&state.active);
         segment.len_bytes.store(state.end, Ordering::Relaxed);
-        let ticket = Ticket(lsn(segment.id, state.end));
         let cheap = state.end <= state.reserved && self.maps_reserved_writes();
         if cheap || state.unwritten().len() > BUFFER_BYTES_SOFT_MAX {
             // A failure here is retried (and reported) by the next commit.
@@ -697,6 +702,15 @@ impl Log {
     /// memory only, may be dropped from the cache) up to this LSN.
     pub fn written_lsn(&self) -> u64 {
         self.written_lsn.load(Ordering::Acquire)
+    }
+
+    /// Position up to which the log is synced. Under `Always` it is in the
+    /// active segment at all times (sealing a segment syncs it, and the
+    /// position moves to the next one's start before any record goes
+    /// there), so its segment id is the active segment's; only a failed
+    /// sync holds it back, and writes are refused until heal moves it on.
+    pub fn synced_lsn(&self) -> u64 {
+        self.synced_lsn.load(Ordering::Acquire)
     }
 
     /// Position up to which the log is synced (`written_lsn` with `None`).
@@ -1299,7 +1313,7 @@ mod tests {
         while log.state.lock().end + record <= end {
             // Not committed: what matters is what the append asks for.
             let (_, _, _ticket) = log
-                .append(record, |out| out.resize(out.len() + record as usize, 7))
+                .append(record, |out, _| out.resize(out.len() + record as usize, 7))
                 .unwrap();
         }
         log.sync.lock().requested > log.synced_lsn.load(Ordering::Acquire)

@@ -182,7 +182,7 @@ impl Inner {
     ) -> Result<(u64, Ticket)> {
         let seq = self.issue_seqs(1)?;
         let header = put_header(key, value, flags, exptime, seq, stale);
-        let (segment, offset, ticket) = self.log.append(header.record_len(), |buf| {
+        let (segment, offset, ticket) = self.log.append(header.record_len(), |buf, _| {
             record::encode(buf, &header, key, value)
         })?;
         let meta = PutMeta {
@@ -208,8 +208,9 @@ impl Inner {
     /// [`Log::append`]: crate::log::Log::append
     pub(crate) fn append_flush_now(&self, seq: u64) -> Result<Ticket> {
         let header = Header::flush(seq, 0);
-        let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
+        let (segment, _, ticket) = self.log.append(header.record_len(), |buf, ticket| {
             record::encode(buf, &header, &[], &[]);
+            self.flush_lsn.fetch_max(ticket.0, Ordering::SeqCst);
             self.flush_seq.fetch_max(seq, Ordering::SeqCst);
         })?;
         segment.note_seq(seq);
@@ -219,7 +220,7 @@ impl Inner {
     /// Appends a record that is not a put (delete, touch, flush); such
     /// records hold no live bytes.
     pub(crate) fn append_other(&self, header: &Header, key: &[u8], value: &[u8]) -> Result<Ticket> {
-        let (segment, _, ticket) = self.log.append(header.record_len(), |buf| {
+        let (segment, _, ticket) = self.log.append(header.record_len(), |buf, _| {
             record::encode(buf, header, key, value)
         })?;
         segment.note_seq(header.seq);
@@ -256,12 +257,13 @@ impl Inner {
         self.log.check_writable()?;
         let now = self.now();
         let hash = self.keydir.hash(key);
-        let mut table = self.keydir.partition(hash).write();
+        let index = self.keydir.partition_index(hash);
+        let mut table = self.keydir.partition_at(index).write();
         let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) else {
-            return Ok((None, Ticket::NONE));
+            return Ok((None, self.seen(index, None)));
         };
         if !self.is_live(entry, now) {
-            return Ok((None, Ticket::NONE));
+            return Ok((None, self.seen(index, Some(entry))));
         }
         let seq = self.issue_seqs(1)?;
         let target = entry.cas().to_le_bytes();
@@ -276,6 +278,7 @@ impl Inner {
             seq,
         };
         let ticket = self.append_other(&header, key, &target)?;
+        self.note_change(hash, ticket);
         entry.set_exptime(expiry.stored());
         self.keydir.note_expiry(hash, expiry.stored());
         let mut item = self.describe(entry, now, options);
@@ -311,32 +314,35 @@ impl Engine {
         inner.log.check_writable()?;
         let now = inner.now();
         let hash = inner.keydir.hash(key);
-        let mut table = inner.keydir.partition(hash).write();
-        let current =
-            crate::keydir::find(&table, hash, key).filter(|entry| inner.is_live(entry, now));
+        let index = inner.keydir.partition_index(hash);
+        let mut table = inner.keydir.partition_at(index).write();
+        let found = crate::keydir::find(&table, hash, key);
+        // An outcome that changes nothing still answers what it saw.
+        let seen = || inner.seen(index, found);
+        let current = found.filter(|entry| inner.is_live(entry, now));
         let stale = match (mode, current) {
             (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas(),
             _ => false,
         };
         let (value, flags, exptime) = match (mode, current) {
-            (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, Ticket::NONE)),
+            (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, seen())),
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                return Ok((StoreOutcome::NotStored, Ticket::NONE))
+                return Ok((StoreOutcome::NotStored, seen()))
             }
             (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
-                return Ok((StoreOutcome::NotFound, Ticket::NONE))
+                return Ok((StoreOutcome::NotFound, seen()))
             }
             (StoreMode::Cas(cas), Some(entry)) if entry.cas() != cas => {
-                return Ok((StoreOutcome::Exists, Ticket::NONE))
+                return Ok((StoreOutcome::Exists, seen()))
             }
             (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => {
-                return Ok((StoreOutcome::Exists, Ticket::NONE))
+                return Ok((StoreOutcome::Exists, seen()))
             }
             (StoreMode::Append | StoreMode::Prepend, Some(entry))
                 if u64::from(entry.value_len()) + value.len() as u64
                     > u64::from(inner.config.value_bytes_max) =>
             {
-                return Ok((StoreOutcome::NotStored, Ticket::NONE))
+                return Ok((StoreOutcome::NotStored, seen()))
             }
             (StoreMode::Append, Some(entry)) => {
                 let mut combined = inner.current_value(entry)?;
@@ -381,19 +387,24 @@ impl Engine {
         inner.log.check_writable()?;
         let now = inner.now();
         let hash = inner.keydir.hash(key);
-        let mut table = inner.keydir.partition(hash).write();
+        let index = inner.keydir.partition_index(hash);
+        let mut table = inner.keydir.partition_at(index).write();
         let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) else {
-            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+            return Ok((DeleteOutcome::NotFound, inner.seen(index, None)));
         };
         if !inner.is_live(found.get(), now) {
-            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+            return Ok((
+                DeleteOutcome::NotFound,
+                inner.seen(index, Some(found.get())),
+            ));
         }
         if cas.is_some_and(|cas| cas != found.get().cas()) {
-            return Ok((DeleteOutcome::Exists, Ticket::NONE));
+            return Ok((DeleteOutcome::Exists, inner.seen(index, Some(found.get()))));
         }
         let seq = inner.issue_seqs(1)?;
         let header = Header::delete(key.len() as u16, seq);
         let ticket = inner.append_other(&header, key, &[])?;
+        inner.note_change(hash, ticket);
         let (entry, _) = found.remove();
         inner.release_entry(&entry);
         inner.counters.items.fetch_sub(1, Ordering::Relaxed);
@@ -414,13 +425,14 @@ impl Engine {
         inner.log.check_writable()?;
         let now = inner.now();
         let hash = inner.keydir.hash(key);
-        let mut table = inner.keydir.partition(hash).write();
-        let Some(entry) = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now))
-        else {
-            return Ok((DeleteOutcome::NotFound, Ticket::NONE));
+        let index = inner.keydir.partition_index(hash);
+        let mut table = inner.keydir.partition_at(index).write();
+        let found = crate::keydir::find(&table, hash, key);
+        let Some(entry) = found.filter(|e| inner.is_live(e, now)) else {
+            return Ok((DeleteOutcome::NotFound, inner.seen(index, found)));
         };
         if cas.is_some_and(|cas| cas != entry.cas()) {
-            return Ok((DeleteOutcome::Exists, Ticket::NONE));
+            return Ok((DeleteOutcome::Exists, inner.seen(index, found)));
         }
         let value = inner.current_value(entry)?;
         let flags = entry.flags();
@@ -449,9 +461,11 @@ impl Engine {
         inner.log.check_writable()?;
         let now = inner.now();
         let hash = inner.keydir.hash(key);
-        let mut table = inner.keydir.partition(hash).write();
-        if crate::keydir::find(&table, hash, key).is_some_and(|e| inner.is_live(e, now)) {
-            return Ok((false, Ticket::NONE));
+        let index = inner.keydir.partition_index(hash);
+        let mut table = inner.keydir.partition_at(index).write();
+        let found = crate::keydir::find(&table, hash, key);
+        if found.is_some_and(|e| inner.is_live(e, now)) {
+            return Ok((false, inner.seen(index, found)));
         }
         let (_, ticket) = inner.put(&mut table, hash, key, &[], 0, expiry.stored(), false)?;
         if let Some(entry) = crate::keydir::find(&table, hash, key) {
@@ -469,11 +483,14 @@ impl Engine {
         inner.log.check_writable()?;
         let now = inner.now();
         let hash = inner.keydir.hash(key);
-        let mut table = inner.keydir.partition(hash).write();
-        let current = crate::keydir::find(&table, hash, key).filter(|e| inner.is_live(e, now));
+        let index = inner.keydir.partition_index(hash);
+        let mut table = inner.keydir.partition_at(index).write();
+        let found = crate::keydir::find(&table, hash, key);
+        let seen = || inner.seen(index, found);
+        let current = found.filter(|e| inner.is_live(e, now));
         let Some(entry) = current else {
             let Some((initial, expiry)) = arith.initial else {
-                return Ok((ArithOutcome::NotFound, Ticket::NONE));
+                return Ok((ArithOutcome::NotFound, seen()));
             };
             let text = initial.to_string();
             let (cas, ticket) = inner.put(
@@ -494,11 +511,11 @@ impl Engine {
             ));
         };
         if arith.cas.is_some_and(|cas| cas != entry.cas()) {
-            return Ok((ArithOutcome::Exists, Ticket::NONE));
+            return Ok((ArithOutcome::Exists, seen()));
         }
         let old = inner.current_value(entry)?;
         let Some(number) = parse_counter(&old) else {
-            return Ok((ArithOutcome::NonNumeric, Ticket::NONE));
+            return Ok((ArithOutcome::NonNumeric, seen()));
         };
         let number = if arith.incr {
             number.wrapping_add(arith.delta)
@@ -580,7 +597,7 @@ impl Engine {
             .map(|(at, op)| batch_header(op, first_seq + at as u64, at != last))
             .collect();
         let total: u64 = headers.iter().map(Header::record_len).sum();
-        let (segment, start, ticket) = inner.log.append(total, |buf| {
+        let (segment, start, ticket) = inner.log.append(total, |buf, _| {
             for (op, header) in ops.iter().zip(&headers) {
                 record::encode(buf, header, op_key(op), op_value(op));
             }
@@ -606,6 +623,7 @@ impl Engine {
                     inner.install_put(table, *hash, key, value, &meta);
                 }
                 BatchOp::Delete { key } => {
+                    inner.note_change(*hash, ticket);
                     if let Ok(found) = table.find_entry(*hash, |entry| entry.key() == *key) {
                         let (entry, _) = found.remove();
                         inner.release_entry(&entry);

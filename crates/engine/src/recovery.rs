@@ -299,6 +299,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         clock,
         next_seq,
         flush_seq,
+        flush_lsn: AtomicU64::new(0),
         flush_deadline: AtomicU32::new(flush_deadline),
         flush_swept: AtomicU64::new(0),
         expiry_hand: AtomicUsize::new(0),

@@ -1,8 +1,9 @@
 //! Regression: CAS uniques were handed out again after a power cut.
 //!
-//! A write is visible before it is durable: under `always`, `gets` from
-//! another connection sees it before its sync; under `everysec`, a write is
-//! acknowledged up to a second before it is. Recovery started the next seq
+//! A write is visible in the engine before it is durable: a read under
+//! `always` returns a ticket to commit before answering (the server does),
+//! but a reader may skip it; under `everysec`, a write is acknowledged up
+//! to a second before it is durable. Recovery started the next seq
 //! at the largest it found plus one, so the CAS unique of a write lost in
 //! the cut was issued again to the next write. A client holding the lost
 //! write's CAS unique then had its `cas` succeed, overwriting a value it
@@ -16,15 +17,16 @@ mod common;
 
 use common::{config, open, set, value};
 use larder_engine::fs::MemFs;
-use larder_engine::{Clock, Durability, Engine, Expiry, StoreMode, StoreOutcome};
+use larder_engine::{Clock, Durability, Engine, Expiry, ReadOptions, StoreMode, StoreOutcome};
 
 /// Sets `key` to `value` without committing; returns the CAS unique a
-/// `gets` from another connection sees meanwhile.
+/// read that does not commit its ticket sees meanwhile.
 fn set_seen_before_durable(engine: &Engine, key: &[u8], value: &[u8]) -> u64 {
     let (outcome, _ticket) = engine
         .store(StoreMode::Set, key, value, 0, Expiry::Never)
         .unwrap();
-    let seen = engine.get(key).unwrap().unwrap().cas;
+    let (item, _ticket) = engine.get_with(key, ReadOptions::default()).unwrap();
+    let seen = item.unwrap().cas;
     assert_eq!(outcome, StoreOutcome::Stored { cas: seen });
     seen
 }

@@ -5,7 +5,7 @@
 
 use crate::session::Session;
 use larder_engine::{
-    Arith, ArithOutcome, DeleteOutcome, Item, ReadOptions, StoreMode, StoreOutcome,
+    Arith, ArithOutcome, DeleteOutcome, Item, ReadOptions, StoreMode, StoreOutcome, Ticket,
 };
 use larder_protocol::reply::meta::{ItemInfo, MetaDebugLine, MetaLine, MetaStatus};
 use larder_protocol::reply::{self, VALUE_TRAILER};
@@ -66,17 +66,20 @@ impl Session {
             claim_win: true,
             no_bump: flags.no_lru_bump,
         };
-        let found = match self.engine().get_with(key, options) {
-            Ok((found, ticket)) => {
-                self.wrote(ticket);
-                found
-            }
+        // The ticket of a touch, or of unsynced writes the read saw: the
+        // reply waits for it like an acknowledgement.
+        let (found, mut seen) = match self.engine().get_with(key, options) {
+            Ok(read) => read,
             Err(error) => return self.engine_error(&error),
         };
+        let start = self.output.len();
         let item = match (found, flags.vivify_ttl) {
             (Some(item), _) => Some(item),
             (None, Some(ttl)) => match self.vivify(key, ttl) {
-                Ok(item) => item,
+                Ok((item, ticket)) => {
+                    seen = seen.max(ticket);
+                    item
+                }
                 Err(error) => return self.engine_error(&error),
             },
             (None, None) => None,
@@ -86,6 +89,10 @@ impl Session {
             self.counts.get_misses.add(1);
             if !flags.quiet {
                 self.meta_status(MetaStatus::Miss, &get.key, flags, None);
+                self.ack_seen(start, seen);
+            } else if seen != Ticket::NONE {
+                self.wrote(seen);
+                self.ack_quietly();
             }
             return;
         };
@@ -118,13 +125,18 @@ impl Session {
             self.output.extend_from_slice(&item.value);
             self.output.extend_from_slice(VALUE_TRAILER);
         }
+        self.ack_seen(start, seen);
     }
 
     /// Creates an empty item on a miss (`mg … N<ttl>`); the creator wins.
-    fn vivify(&mut self, key: &[u8], ttl: i32) -> Result<Option<Item>, larder_engine::Error> {
+    /// Returns the item and the ticket its reply waits for.
+    fn vivify(
+        &mut self,
+        key: &[u8],
+        ttl: i32,
+    ) -> Result<(Option<Item>, Ticket), larder_engine::Error> {
         let expiry = self.expiry(ttl);
         let (created, ticket) = self.engine().vivify(key, expiry)?;
-        self.wrote(ticket);
         if created {
             self.counts.total_items.add(1);
         }
@@ -132,15 +144,16 @@ impl Session {
             claim_win: !created,
             ..ReadOptions::default()
         };
-        let (item, _) = self.engine().get_with(key, options)?;
-        Ok(item.map(|mut item| {
+        let (item, seen) = self.engine().get_with(key, options)?;
+        let item = item.map(|mut item| {
             if created {
                 item.win = true;
                 item.win_already_sent = false;
                 item.fetched_before = false;
             }
             item
-        }))
+        });
+        Ok((item, ticket.max(seen)))
     }
 
     /// ms.
@@ -161,16 +174,15 @@ impl Session {
         };
         let expiry = self.expiry(flags.ttl.unwrap_or(0));
         let client_flags = flags.client_flags.unwrap_or(0);
-        let outcome = match self
-            .engine()
-            .store(mode, key, set.value, client_flags, expiry)
-        {
-            Ok((outcome, ticket)) => {
-                self.wrote(ticket);
-                outcome
-            }
-            Err(error) => return self.engine_error(&error),
-        };
+        let (outcome, ticket) =
+            match self
+                .engine()
+                .store(mode, key, set.value, client_flags, expiry)
+            {
+                Ok(done) => done,
+                Err(error) => return self.engine_error(&error),
+            };
+        self.wrote(ticket);
         self.count_store(outcome, mode);
         let (status, cas) = match outcome {
             StoreOutcome::Stored { cas } => (MetaStatus::Header, Some(cas)),
@@ -183,7 +195,8 @@ impl Session {
         }
         let start = self.output.len();
         self.meta_status(status, &set.key, flags, cas);
-        if status == MetaStatus::Header {
+        // A failure's ticket is that of unsynced writes it saw.
+        if status == MetaStatus::Header || ticket != Ticket::NONE {
             self.ack_since(start);
         }
     }
@@ -200,13 +213,11 @@ impl Session {
         } else {
             self.engine().delete(key, flags.compare_cas)
         };
-        let outcome = match result {
-            Ok((outcome, ticket)) => {
-                self.wrote(ticket);
-                outcome
-            }
+        let (outcome, ticket) = match result {
+            Ok(done) => done,
             Err(error) => return self.engine_error(&error),
         };
+        self.wrote(ticket);
         let status = match outcome {
             DeleteOutcome::Deleted => {
                 self.counts.delete_hits.add(1);
@@ -223,7 +234,8 @@ impl Session {
         }
         let start = self.output.len();
         self.meta_status(status, &delete.key, flags, None);
-        if status == MetaStatus::Header {
+        // A failure's ticket is that of unsynced writes it saw.
+        if status == MetaStatus::Header || ticket != Ticket::NONE {
             self.ack_since(start);
         }
     }
@@ -243,27 +255,30 @@ impl Session {
                 .vivify_ttl
                 .map(|ttl| (flags.initial.unwrap_or(0), self.expiry(ttl))),
         };
-        let outcome = match self.engine().arith(key, request) {
-            Ok((outcome, ticket)) => {
-                self.wrote(ticket);
-                outcome
-            }
+        let (outcome, ticket) = match self.engine().arith(key, request) {
+            Ok(done) => done,
             Err(error) => return self.engine_error(&error),
         };
+        self.wrote(ticket);
         match outcome {
             ArithOutcome::Value { .. } if incr => self.counts.incr_hits.add(1),
             ArithOutcome::Value { .. } => self.counts.decr_hits.add(1),
             _ if incr => self.counts.incr_misses.add(1),
             _ => self.counts.decr_misses.add(1),
         }
+        let start = self.output.len();
         match outcome {
-            ArithOutcome::Value { value, cas } => self.meta_arith_value(arith, key, value, cas),
+            ArithOutcome::Value { value, cas } => {
+                return self.meta_arith_value(arith, key, value, cas)
+            }
             ArithOutcome::NotFound => {
                 self.meta_status(MetaStatus::NotFound, &arith.key, flags, None)
             }
             ArithOutcome::Exists => self.meta_status(MetaStatus::Exists, &arith.key, flags, None),
             ArithOutcome::NonNumeric => reply::write_client_error(&mut self.output, NON_NUMERIC),
         }
+        // The ticket of unsynced writes the failure saw.
+        self.ack_seen(start, ticket);
     }
 
     fn meta_arith_value(&mut self, arith: &MetaArithmetic<'_>, key: &[u8], value: u64, cas: u64) {
@@ -284,7 +299,8 @@ impl Session {
             ..ItemInfo::default()
         };
         if flags.return_ttl {
-            if let Ok(Some(item)) = self.engine().get(key) {
+            if let Ok((Some(item), seen)) = self.engine().get_with(key, ReadOptions::default()) {
+                self.wrote(seen);
                 info.ttl_secs = self.item_info(&item).ttl_secs;
             }
         }
@@ -309,13 +325,14 @@ impl Session {
         self.counts.cmd_meta.add(1);
         let key_bytes = debug.key.bytes();
         let key: &[u8] = &key_bytes;
-        let item = match self.engine().get(key) {
-            Ok(item) => item,
+        let (item, seen) = match self.engine().get_with(key, ReadOptions::default()) {
+            Ok(read) => read,
             Err(error) => return self.engine_error(&error),
         };
+        let start = self.output.len();
         let Some(item) = item else {
             MetaLine::status(&mut self.output, MetaStatus::Miss).finish();
-            return;
+            return self.ack_seen(start, seen);
         };
         let info = self.item_info(&item);
         let mut line = MetaDebugLine::start(&mut self.output, key, debug.key.is_base64());
@@ -326,5 +343,6 @@ impl Session {
         line.field_i64(b"cls", 1);
         line.field_i64(b"size", (key.len() + item.value.len()) as i64);
         line.finish();
+        self.ack_seen(start, seen);
     }
 }

@@ -58,6 +58,12 @@ pub struct Session {
     /// Keys of the retrieval at the front of the input already answered,
     /// when it stopped as [`Flow::Unfinished`]; 0 otherwise.
     pub(crate) retrieval_keys_done: usize,
+    /// The replies of that unfinished retrieval so far wait for a commit
+    /// (see [`Session::ack_seen`]).
+    pub(crate) retrieval_acked: bool,
+    /// They became a `SERVER_ERROR` (see [`Session::fail_acks`]): it is
+    /// answered.
+    pub(crate) retrieval_failed: bool,
 }
 
 impl Session {
@@ -71,6 +77,8 @@ impl Session {
             acks: Vec::new(),
             ticket: Ticket::NONE,
             retrieval_keys_done: 0,
+            retrieval_acked: false,
+            retrieval_failed: false,
         }
     }
 
@@ -97,6 +105,17 @@ impl Session {
         let start = self.output.len();
         write(&mut self.output);
         self.ack_since(start);
+    }
+
+    /// A reply written from `start` on answered what reads saw, to be
+    /// synced up to `ticket` before it is sent: like an acknowledgement, it
+    /// becomes a `SERVER_ERROR` if that commit fails. Nothing to do for
+    /// [`Ticket::NONE`].
+    pub(crate) fn ack_seen(&mut self, start: usize, ticket: Ticket) {
+        if ticket != Ticket::NONE {
+            self.wrote(ticket);
+            self.ack_since(start);
+        }
     }
 
     /// Records `output[start..]` as the acknowledgement of a write of this
@@ -170,12 +189,14 @@ impl Session {
         }
         rebuilt.extend_from_slice(self.output.get(at..).unwrap_or_default());
         self.output = rebuilt;
+        self.retrieval_failed = self.retrieval_keys_done != 0 && self.retrieval_acked;
         self.counts.server_errors.add(1);
     }
 
     /// Forgets the batch's acknowledgements once they are safe to send.
     pub fn batch_sent(&mut self) {
         self.acks.clear();
+        self.retrieval_acked = false;
         self.ticket = Ticket::NONE;
     }
 
@@ -234,6 +255,18 @@ mod tests {
         }))
     }
 
+    /// What a connection does once a batch is handled: commit, on failure
+    /// turn the acknowledgements into errors; then "send" the replies.
+    fn commit_and_send(session: &mut Session) -> String {
+        if let Err(error) = session.engine().commit(session.ticket) {
+            session.fail_acks(&error);
+        }
+        let sent = String::from_utf8(session.output.to_vec()).unwrap();
+        session.output.clear();
+        session.batch_sent();
+        sent
+    }
+
     /// Handles every request of `input` as one batch.
     fn handle_all(session: &mut Session, mut input: &[u8]) {
         while !input.is_empty() {
@@ -276,5 +309,85 @@ mod tests {
         assert_eq!(lines[1], "MN");
         assert!(lines[2..7].iter().all(failed), "{output}");
         assert_eq!(lines[7], "MN");
+    }
+
+    #[test]
+    fn answers_that_saw_another_sessions_unsynced_write_wait_for_its_sync_and_fail_with_it() {
+        let fs = MemFs::new();
+        let mut writer = session(&fs);
+        let mut reader = Session::new(Arc::clone(&writer.shared));
+        let reads = |key: &str| {
+            format!("get {key}\r\nadd {key} 0 0 1\r\nx\r\nincr {key} 1\r\nmg {key} v\r\nms {key} 1 C99999\r\nx\r\nmn\r\n")
+        };
+
+        // The writer has not committed: the reader's answers wait for it.
+        handle_all(&mut writer, b"set k 0 0 1\r\nv\r\n");
+        handle_all(&mut reader, reads("k").as_bytes());
+        assert!(
+            reader.ticket >= writer.ticket,
+            "{:?} < {:?}",
+            reader.ticket,
+            writer.ticket
+        );
+        assert_eq!(
+            commit_and_send(&mut reader),
+            "VALUE k 0 1\r\nv\r\nEND\r\nNOT_STORED\r\n\
+             CLIENT_ERROR cannot increment or decrement non-numeric value\r\n\
+             VA 1\r\nv\r\nEX\r\nMN\r\n"
+        );
+        assert_eq!(commit_and_send(&mut writer), "STORED\r\n");
+
+        // The sync fails: every answer that saw the write becomes an error.
+        handle_all(&mut writer, b"set j 0 0 1\r\nv\r\n");
+        handle_all(&mut reader, reads("j").as_bytes());
+        fs.inject(FaultKind::EioOnSync);
+        let sent = commit_and_send(&mut reader);
+        let lines: Vec<&str> = sent.split_terminator("\r\n").collect();
+        assert_eq!(lines.len(), 6, "{sent}");
+        assert!(
+            lines[..5]
+                .iter()
+                .all(|line| line.starts_with("SERVER_ERROR write not durable")),
+            "{sent}"
+        );
+        assert_eq!(lines[5], "MN");
+    }
+
+    #[test]
+    fn a_long_get_whose_commit_fails_part_way_ends_with_the_error() {
+        let fs = MemFs::new();
+        let mut writer = session(&fs);
+        let mut reader = Session::new(Arc::clone(&writer.shared));
+        let value = vec![b'v'; 1_000_000];
+        let mut set = b"set k 0 0 1000000\r\n".to_vec();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        handle_all(&mut writer, &set);
+        assert_eq!(commit_and_send(&mut writer), "STORED\r\n");
+
+        // Enough keys for the replies to pass the soft limit: the get
+        // stops part way, and its first part waits for the unsynced `set`.
+        let get = format!("get {}\r\n", ["k"; 6].join(" "));
+        let Ok(Parsed::Complete { request, .. }) = parse(get.as_bytes(), &Limits::default()) else {
+            panic!("get does not parse");
+        };
+        handle_all(&mut writer, &set);
+        assert_eq!(reader.handle(request), Flow::Unfinished);
+        assert_ne!(reader.ticket, Ticket::NONE);
+        fs.inject(FaultKind::EioOnSync);
+        let sent = commit_and_send(&mut reader);
+        assert!(
+            sent.starts_with("SERVER_ERROR write not durable"),
+            "{}",
+            &sent[..80.min(sent.len())]
+        );
+        assert!(
+            sent.ends_with("\r\n") && sent.lines().count() == 1,
+            "one line: {}",
+            sent.len()
+        );
+        // Handed in again, the get is over: no more values, no END.
+        assert_eq!(reader.handle(request), Flow::Continue);
+        assert_eq!(commit_and_send(&mut reader), "");
     }
 }

@@ -34,12 +34,20 @@ impl Session {
             ..ReadOptions::default()
         };
         let done = std::mem::take(&mut self.retrieval_keys_done);
+        if std::mem::take(&mut self.retrieval_failed) {
+            // Its replies so far became one SERVER_ERROR: that answered it.
+            return Flow::Continue;
+        }
+        let start = self.output.len();
+        let mut seen = Ticket::NONE;
         for (index, key) in get.keys.iter().enumerate().skip(done) {
             // Past the soft limit the keys left wait until the replies are
             // sent. Each pass answers its first key whatever the buffer
             // holds, so every pass moves on.
             if index > done && self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
                 self.retrieval_keys_done = index;
+                self.retrieval_acked = seen != Ticket::NONE;
+                self.ack_seen(start, seen);
                 return Flow::Unfinished;
             }
             let found = self.get_one(key, options, with_cas);
@@ -51,23 +59,25 @@ impl Session {
             };
             asked.add(1);
             match found {
-                Ok(Some(ticket)) => {
-                    hits.add(1);
-                    self.wrote(ticket);
+                Ok((hit, ticket)) => {
+                    if hit { hits } else { misses }.add(1);
+                    seen = seen.max(ticket);
                 }
-                Ok(None) => misses.add(1),
                 Err(error) => {
                     self.engine_error(&error);
+                    self.ack_seen(start, seen);
                     return Flow::Continue;
                 }
             }
         }
         reply::write_reply(&mut self.output, Reply::End);
+        self.ack_seen(start, seen);
         Flow::Continue
     }
 
-    /// Looks `key` up and appends its `VALUE` reply if it is there;
-    /// `Ok(Some(ticket))` for a hit (the ticket of a `gat`'s touch).
+    /// Looks `key` up and appends its `VALUE` reply if it is there; returns
+    /// whether it was, and the ticket to commit before the reply is sent (a
+    /// `gat`'s touch, or unsynced writes the read saw).
     ///
     /// The value goes straight from where the engine holds it into the
     /// reply, under its partition's read lock, when the reply buffer has
@@ -79,7 +89,7 @@ impl Session {
         key: &[u8],
         options: ReadOptions,
         with_cas: bool,
-    ) -> Result<Option<Ticket>, EngineError> {
+    ) -> Result<(bool, Ticket), EngineError> {
         let output = &mut self.output;
         let mut too_large = None;
         let (found, ticket) = self.shared.engine.get_visit(key, options, |item, value| {
@@ -94,7 +104,7 @@ impl Session {
         if let Some((flags, cas, value)) = too_large {
             reply::write_value(output, key, flags, &value, cas);
         }
-        Ok(found.map(|()| ticket))
+        Ok((found.is_some(), ticket))
     }
 
     /// set, add, replace, append, prepend, cas.
@@ -180,13 +190,14 @@ impl Session {
         if arith.noreply {
             return;
         }
-        match outcome {
-            ArithOutcome::Value { value, .. } => self.ack(|out| reply::write_number(out, value)),
+        // Every outcome answers the write or the unsynced writes it saw.
+        self.ack(|out| match outcome {
+            ArithOutcome::Value { value, .. } => reply::write_number(out, value),
             ArithOutcome::NotFound | ArithOutcome::Exists => {
-                reply::write_reply(&mut self.output, Reply::NotFound);
+                reply::write_reply(out, Reply::NotFound);
             }
-            ArithOutcome::NonNumeric => reply::write_client_error(&mut self.output, NON_NUMERIC),
-        }
+            ArithOutcome::NonNumeric => reply::write_client_error(out, NON_NUMERIC),
+        });
     }
 
     /// touch.
