@@ -441,6 +441,7 @@ impl Inner {
             position = position.max(crate::log::lsn(entry.segment_id(), end));
         }
         if position > synced {
+            self.counters.unsynced_seen.fetch_add(1, Ordering::Relaxed);
             Ticket(position)
         } else {
             Ticket::NONE
@@ -618,6 +619,7 @@ impl Inner {
             cached_bytes: load(&counters.cached_bytes),
             cache_bytes_max: self.config.cache_bytes_max,
             disk_reads: load(&counters.disk_reads),
+            unsynced_seen: load(&counters.unsynced_seen),
             segments: segment_details.len() as u64,
             disk_bytes,
             live_bytes,

@@ -17,6 +17,9 @@ pub struct Counters {
     pub cached_bytes: AtomicU64,
     /// Reads served from segment files because the value was not cached.
     pub disk_reads: AtomicU64,
+    /// Under `always`: reads, and writes that changed nothing, that saw an
+    /// unsynced write and returned its ticket (see `Inner::seen`).
+    pub unsynced_seen: AtomicU64,
     /// Bytes handed to the OS by the log.
     pub log_bytes_written: AtomicU64,
     /// Failed writes to the log (retried by the next commit, and under
@@ -128,6 +131,9 @@ pub struct Stats {
     pub cache_bytes_max: u64,
     /// Reads that went to segment files.
     pub disk_reads: u64,
+    /// Under `always`: reads, and writes that changed nothing, that saw an
+    /// unsynced write, so their answer waited for its sync.
+    pub unsynced_seen: u64,
     /// Segment files and their total size.
     pub segments: u64,
     /// Total bytes of all segment files.

@@ -160,8 +160,12 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
     covers(read(&engine, b"flushed").1, flush);
     covers(read(&engine, b"never stored").1, flush);
 
+    // Every one of those 19 answers is counted, once.
+    assert_eq!(engine.stats().unsynced_seen, 19);
+
     // Once synced there is nothing to wait for.
     engine.sync().unwrap();
+    let counted = engine.stats().unsynced_seen;
     for key in [&b"gone"[..], b"new", b"text", b"expiring", b"flushed"] {
         assert_eq!(read(&engine, key).1, Ticket::NONE);
     }
@@ -169,6 +173,7 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
         .store(StoreMode::Replace, b"gone", b"x", 0, Expiry::Never)
         .unwrap();
     assert_eq!((outcome, ticket), (StoreOutcome::NotStored, Ticket::NONE));
+    assert_eq!(engine.stats().unsynced_seen, counted);
 }
 
 #[test]
@@ -217,5 +222,6 @@ fn under_everysec_and_none_reads_have_nothing_to_wait_for() {
             .store(StoreMode::Add, b"k", b"x", 0, Expiry::Never)
             .unwrap();
         assert_eq!((outcome, ticket), (StoreOutcome::NotStored, Ticket::NONE));
+        assert_eq!(engine.stats().unsynced_seen, 0);
     }
 }

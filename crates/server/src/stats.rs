@@ -303,6 +303,7 @@ impl ServerStats {
         stat(out, "cached_value_bytes", engine.cached_bytes);
         stat(out, "cache_evictions", engine.cache_evictions);
         stat(out, "disk_reads", engine.disk_reads);
+        stat(out, "unsynced_seen", engine.unsynced_seen);
         stat(out, "segments", engine.segments);
         stat(out, "disk_bytes", engine.disk_bytes);
         stat(out, "live_bytes", engine.live_bytes);
