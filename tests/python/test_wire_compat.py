@@ -459,7 +459,7 @@ def test_reply_matches_memcached(case: Case, module_memcached, module_larder):
 
 COUNTERS = (
     "cmd_get cmd_set cmd_touch get_hits get_misses touch_hits touch_misses "
-    "cas_hits cas_misses cas_badval total_items"
+    "cas_hits cas_misses cas_badval incr_hits incr_misses decr_hits decr_misses total_items"
 ).split()
 
 # Request sequences after which both servers' counters must have moved alike.
@@ -471,6 +471,8 @@ COUNTED = {
     "stores": b"set {k}a 0 0 1\r\nx\r\nadd {k}a 0 0 1\r\nx\r\nadd {k}b 0 0 1\r\nx\r\n"
     b"append {k}a 0 0 1\r\ny\r\nreplace {k}zz 0 0 1\r\nx\r\nms {k}c 1\r\nz\r\nms {k}c 1 ME\r\nz\r\n",
     "mg_vivify": b"mg {k}v N30 v\r\nmg {k}v v\r\n",
+    "ma_vivify": b"ma {k}n N0 J5 v\r\nma {k}n v\r\nma {k}zz\r\nma {k}n MD D2 v\r\n"
+    b"incr {k}n 1\r\nincr {k}zz 1\r\ndecr {k}n 1\r\n",
 }
 
 

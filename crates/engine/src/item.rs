@@ -84,6 +84,8 @@ pub enum ArithOutcome {
         value: u64,
         /// The new CAS unique.
         cas: u64,
+        /// The item did not exist and was created with the initial value.
+        created: bool,
     },
     /// There is no such item (and no initial value was given).
     NotFound,

@@ -506,6 +506,7 @@ impl Engine {
                 ArithOutcome::Value {
                     value: initial,
                     cas,
+                    created: true,
                 },
                 ticket,
             ));
@@ -525,7 +526,12 @@ impl Engine {
         let text = format_counter(number, old.len());
         let (flags, exptime) = (entry.flags(), entry.exptime());
         let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, false)?;
-        Ok((ArithOutcome::Value { value: number, cas }, ticket))
+        let outcome = ArithOutcome::Value {
+            value: number,
+            cas,
+            created: false,
+        };
+        Ok((outcome, ticket))
     }
 
     /// Invalidates every item, now or after `delay_secs` seconds, in O(1):

@@ -373,7 +373,7 @@ impl Harness {
         } else {
             number.saturating_sub(delta)
         };
-        let ArithOutcome::Value { value, cas } = outcome else {
+        let ArithOutcome::Value { value, cas, .. } = outcome else {
             panic!("arith on {item:?}: engine {outcome:?}, model {number}");
         };
         assert_eq!(value, number);

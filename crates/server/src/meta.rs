@@ -261,6 +261,8 @@ impl Session {
         };
         self.wrote(ticket);
         match outcome {
+            // As in memcached, a counter `N` creates is an item stored.
+            ArithOutcome::Value { created: true, .. } => self.counts.total_items.add(1),
             ArithOutcome::Value { .. } if incr => self.counts.incr_hits.add(1),
             ArithOutcome::Value { .. } => self.counts.decr_hits.add(1),
             _ if incr => self.counts.incr_misses.add(1),
@@ -268,7 +270,7 @@ impl Session {
         }
         let start = self.output.len();
         match outcome {
-            ArithOutcome::Value { value, cas } => {
+            ArithOutcome::Value { value, cas, .. } => {
                 return self.meta_arith_value(arith, key, value, cas)
             }
             ArithOutcome::NotFound => {
