@@ -408,7 +408,8 @@ impl Inner {
     }
 
     /// What a read or a write that changed nothing must commit before it is
-    /// answered: under `Always`, the log position of every unsynced record
+    /// answered (call it after any `is_live` check of the answer, so that it
+    /// loads `flush_lsn` after `flush_seq`): under `Always`, the log position of every unsynced record
     /// whose effect it may have seen, so that no client acts on a write a
     /// power cut can still take back (B reads what A wrote and is waiting
     /// to sync); [`Ticket::NONE`] when that is synced, and in the other
@@ -429,18 +430,20 @@ impl Inner {
         if self.config.durability != Durability::Always {
             return Ticket::NONE;
         }
-        let synced = self.log.synced_lsn();
         let mut position = self
             .keydir
             .changed(index)
             .max(self.flush_lsn.load(Ordering::Acquire));
-        // The synced position is in the active segment (see
-        // `Log::synced_lsn`); an entry in another is durable.
-        if let Some(entry) = entry.filter(|entry| u64::from(entry.segment_id()) == synced >> 32) {
+        // An entry in another segment than the active one is durable (see
+        // `Log::active_id_now`).
+        let active = self.log.active_id_now();
+        if let Some(entry) = entry.filter(|entry| entry.segment_id() == active) {
             let end = u64::from(entry.offset()) + entry.record_len();
-            position = position.max(crate::log::lsn(entry.segment_id(), end));
+            position = position.max(crate::log::lsn(active, end));
         }
-        if position > synced {
+        // Loaded last: a sync that covered all of the above has published
+        // its position by now.
+        if position > self.log.synced_lsn() {
             self.counters.unsynced_seen.fetch_add(1, Ordering::Relaxed);
             Ticket(position)
         } else {
@@ -479,8 +482,11 @@ impl Inner {
         let Some(entry) = keydir::find(&table, hash, key) else {
             return Ok(Some((None, self.seen(index, None))));
         };
+        // `is_live` loads the flush generation first: a flush raises it
+        // after `flush_lsn`, which `seen` then loads.
+        let live = self.is_live(entry, now);
         let seen = self.seen(index, Some(entry));
-        if !self.is_live(entry, now) {
+        if !live {
             return Ok(Some((None, seen)));
         }
         let item = self.describe(entry, now, options);

@@ -54,7 +54,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -281,6 +281,10 @@ pub struct Log {
     /// [`Log::synced_lsn`]), and the line beside it changes with every
     /// append.
     synced_lsn: CachePadded<AtomicU64>,
+    /// The active segment's id, for readers that must not take the log
+    /// lock (see [`Log::active_id_now`]). Set under the log lock whenever
+    /// the active segment changes, before any record goes to the new one.
+    active_id: CachePadded<AtomicU32>,
     sync: Mutex<SyncState>,
     /// Held across each `fdatasync` and the publishing of its result, so
     /// that a failure is recorded before any other sync can publish a
@@ -345,6 +349,7 @@ impl Log {
         next_seq: Arc<AtomicU64>,
     ) -> Log {
         let position = lsn(active.id, len);
+        let active_id = CachePadded::new(AtomicU32::new(active.id));
         Log {
             fs,
             dir,
@@ -365,6 +370,7 @@ impl Log {
             }),
             written_lsn: AtomicU64::new(position),
             synced_lsn: CachePadded::new(AtomicU64::new(position)),
+            active_id,
             sync: Mutex::new(SyncState {
                 requested: 0,
                 failed: None,
@@ -608,6 +614,7 @@ impl Log {
         self.segments.insert(Arc::clone(&new));
         old.sealed.store(true, Ordering::Release);
         self.sealed.lock().push(old.id);
+        self.active_id.store(new.id, Ordering::Release);
         state.active = new;
         state.end = u64::from(segment::HEADER_BYTES);
         state.written = state.end;
@@ -704,13 +711,20 @@ impl Log {
         self.written_lsn.load(Ordering::Acquire)
     }
 
-    /// Position up to which the log is synced. Under `Always` it is in the
-    /// active segment at all times (sealing a segment syncs it, and the
-    /// position moves to the next one's start before any record goes
-    /// there), so its segment id is the active segment's; only a failed
-    /// sync holds it back, and writes are refused until heal moves it on.
+    /// Position up to which the log is synced (under `None`, only the
+    /// syncs some do anyway).
     pub fn synced_lsn(&self) -> u64 {
         self.synced_lsn.load(Ordering::Acquire)
+    }
+
+    /// The id of the active segment, without the log lock. Read under a
+    /// keydir partition's lock, it is at least the segment of every record
+    /// that partition's entries point at (an append sets it before the
+    /// writer installs its entry). A log segment with a smaller id was
+    /// synced when it was sealed: sealing syncs it after its last record,
+    /// and a failure there leaves it active.
+    pub fn active_id_now(&self) -> u32 {
+        self.active_id.load(Ordering::Acquire)
     }
 
     /// Position up to which the log is synced (`written_lsn` with `None`).
@@ -1080,6 +1094,7 @@ impl Log {
         self.sealed.lock().push(old.id);
         new.len_bytes.store(end, Ordering::Release);
         self.segments.insert(Arc::clone(&new));
+        self.active_id.store(new.id, Ordering::Release);
         state.active = new;
         state.end = end;
         state.written = end;

@@ -188,10 +188,13 @@ fn sweep_expired(inner: &Inner) {
                 return;
             };
             let header = Header::delete(key.len() as u16, seq);
-            if inner.append_other(&header, &key, &[]).is_err() {
+            let Ok(ticket) = inner.append_other(&header, &key, &[]) else {
                 return;
-            }
+            };
             let hash = inner.keydir.hash(&key);
+            // The entry may be an unsynced put of an expired value, which
+            // a miss after this removal still answers.
+            inner.note_change(hash, ticket);
             if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
                 let (entry, _) = found.remove();
                 inner.release_entry(&entry);

@@ -393,10 +393,10 @@ fn remove_empty_log_segments(
 ///
 /// Invariant: no seq that anyone saw before a crash is ever issued again,
 /// so a `cas` can never match an item its client never saw. A seq is
-/// visible before it is durable (under `always`, `gets` from another
-/// connection sees a write before its sync; under `everysec` and `none`,
-/// an acknowledged write may be lost), so `found` may be below seqs that
-/// were seen. Those lost seqs are the records of the unsynced tail of the
+/// visible before it is durable (under `always`, a read that does not
+/// commit its ticket sees a write before its sync; under `everysec` and
+/// `none`, an acknowledged write may be lost), so `found` may be below seqs
+/// that were seen. Those lost seqs are the records of the unsynced tail of the
 /// active segment and of the log's buffer: fewer than
 /// [`record::SEQ_GAP_AT_OPEN`], since every record takes at least 29
 /// bytes, a segment at most 4 GiB and the buffer at most 256 MiB. So a run

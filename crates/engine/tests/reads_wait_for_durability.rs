@@ -18,6 +18,8 @@ use larder_engine::{
     Arith, ArithOutcome, Clock, DeleteOutcome, Durability, Engine, Expiry, ReadOptions, StoreMode,
     StoreOutcome, Ticket,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 
 /// Stores without committing; returns the write's ticket.
 fn store_unsynced(engine: &Engine, mode: StoreMode, key: &[u8], value: &[u8]) -> Ticket {
@@ -197,8 +199,8 @@ fn a_value_in_a_sealed_segment_or_a_compaction_output_has_nothing_to_wait_for() 
         assert_eq!(found.unwrap(), [2u8; 40]);
         assert_eq!(ticket, Ticket::NONE);
     }
-    // An unsynced write is covered even though the segment it went to
-    // was sealed (and synced) by a later rotation.
+    // An unsynced write in the active segment is covered; once a rotation
+    // has sealed (and so synced) its segment, there is nothing to wait for.
     let write = store_unsynced(&engine, StoreMode::Set, b"late", b"v");
     covers(read(&engine, b"late").1, write);
     for key in &keys {
@@ -224,4 +226,84 @@ fn under_everysec_and_none_reads_have_nothing_to_wait_for() {
         assert_eq!((outcome, ticket), (StoreOutcome::NotStored, Ticket::NONE));
         assert_eq!(engine.stats().unsynced_seen, 0);
     }
+}
+
+#[test]
+fn a_miss_after_the_expiry_sweep_removed_an_unsynced_expired_put_still_waits_for_it() {
+    let fs = MemFs::new();
+    let config = config(Durability::Always);
+    let engine = open(&fs, &config, &Clock::system());
+    set(&engine, b"k", b"old");
+
+    // memcached's `set k 0 -1 new`: a put that is expired at once.
+    let (_, put) = engine
+        .store(StoreMode::Set, b"k", b"new", 0, Expiry::Immediately)
+        .unwrap();
+    let (found, ticket) = read(&engine, b"k");
+    assert_eq!(found, None);
+    covers(ticket, put);
+    // The sweep removes the entry that pointed at the put.
+    engine.maintain_now();
+    let (found, ticket) = read(&engine, b"k");
+    assert_eq!(found, None);
+    covers(ticket, put);
+    engine.commit(ticket).unwrap();
+    fs.power_cut(None);
+    drop(engine);
+    let engine = open(&fs, &config, &Clock::system());
+    assert_eq!(value(&engine, b"k"), None, "the miss was taken back");
+}
+
+#[test]
+fn a_miss_caused_by_a_concurrent_flush_waits_for_the_flush() {
+    let fs = MemFs::new();
+    let config = config(Durability::Always);
+    let engine = Arc::new(open(&fs, &config, &Clock::system()));
+    const ROUNDS: usize = 5_000;
+    // Per round: the writer stores `k`, the reader reads it until it
+    // misses, while the writer flushes as soon as the reader has seen it.
+    let flush = Arc::new(Mutex::new(Ticket::NONE));
+    let barrier = Arc::new(Barrier::new(2));
+    let reading = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (engine, flush, barrier, reading) = (
+            Arc::clone(&engine),
+            Arc::clone(&flush),
+            Arc::clone(&barrier),
+            Arc::clone(&reading),
+        );
+        std::thread::spawn(move || {
+            let mut uncovered = 0;
+            for _ in 0..ROUNDS {
+                barrier.wait();
+                let ticket = loop {
+                    match read(&engine, b"k") {
+                        (None, ticket) => break ticket,
+                        (Some(_), _) => reading.store(true, Ordering::Release),
+                    }
+                };
+                // The flush's ticket is known once the writer is here.
+                barrier.wait();
+                if ticket < *flush.lock().unwrap() {
+                    uncovered += 1;
+                }
+            }
+            uncovered
+        })
+    };
+    for _ in 0..ROUNDS {
+        let _ = store_unsynced(&engine, StoreMode::Set, b"k", b"v");
+        reading.store(false, Ordering::Release);
+        barrier.wait();
+        while !reading.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+        *flush.lock().unwrap() = engine.flush_all(0).unwrap();
+        barrier.wait();
+    }
+    let uncovered = reader.join().unwrap();
+    assert_eq!(
+        uncovered, 0,
+        "{uncovered} of {ROUNDS} misses did not wait for their flush"
+    );
 }
