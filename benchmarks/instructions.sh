@@ -16,6 +16,8 @@
 #   REQUESTS [50000]      requests counted, over all connections
 #   KEYS [10000]          distinct keys, all preloaded
 #   VALUE_SIZE [100]      value bytes
+#   DURABILITY [everysec] Larder's --durability (always counts the syncs'
+#                         work too)
 #   CONNS [50]            connections, spread over CLIENT_THREADS
 #   CLIENT_THREADS [2]    larder bench worker threads
 #   SERVER_THREADS [2]    memcached -t / larder -t
@@ -26,7 +28,7 @@
 #   WORK_DIR [mktemp -d under $TMPDIR or /tmp]  data directories and logs
 #   INSTALL [1]           0: never apt-get; fail if a tool is missing
 #
-# Larder runs with --durability everysec. For each server and workload the
+# Larder runs with --durability DURABILITY. For each server and workload the
 # script starts the server twice on a free port of 127.0.0.1 with an empty
 # data directory: once under callgrind with instrumentation off, and once
 # plainly with strace attached to every thread. Each time it preloads every
@@ -49,6 +51,7 @@ WORKLOADS="${WORKLOADS:-get set}"
 REQUESTS="${REQUESTS:-50000}"
 KEYS="${KEYS:-10000}"
 VALUE_SIZE="${VALUE_SIZE:-100}"
+DURABILITY="${DURABILITY:-everysec}"
 CONNS="${CONNS:-50}"
 CLIENT_THREADS="${CLIENT_THREADS:-2}"
 SERVER_THREADS="${SERVER_THREADS:-2}"
@@ -64,6 +67,7 @@ die() { log "error: $*"; exit 1; }
 for setting in REQUESTS KEYS VALUE_SIZE CONNS CLIENT_THREADS SERVER_THREADS; do
     positive "$setting" "${!setting}"
 done
+case "$DURABILITY" in always|everysec|none) ;; *) die "DURABILITY must be always, everysec or none, not '$DURABILITY'";; esac
 (( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
 read -r -a SERVER_LIST <<<"$SERVERS"
 read -r -a WORKLOAD_LIST <<<"$WORKLOADS"
@@ -144,7 +148,7 @@ server_argv() {
             -c "$VALGRIND_MEMCACHED_CONNS" -u "$(id -un)")
     else
         into=("$(binary_of "$spec")" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS"
-            -m "$MEMORY_MB" --data-dir "$dir" --durability everysec)
+            -m "$MEMORY_MB" --data-dir "$dir" --durability "$DURABILITY")
     fi
 }
 
@@ -239,7 +243,7 @@ count_syscalls() {
     for spec in "${SERVER_LIST[@]}"; do
         [[ "$spec" == memcached ]] || echo "$spec: $(larder_facts "$(binary_of "$spec")")"
     done
-    echo "load: $REQUESTS requests, $KEYS keys of $VALUE_SIZE bytes, $CONNS connections over $CLIENT_THREADS client threads, pipeline 1; server threads $SERVER_THREADS"
+    echo "load: $REQUESTS requests, $KEYS keys of $VALUE_SIZE bytes, $CONNS connections over $CLIENT_THREADS client threads, pipeline 1; server threads $SERVER_THREADS; Larder --durability $DURABILITY"
 } >"$RESULTS_DIR/machine.txt"
 
 # --------------------------------------------------------------------- run

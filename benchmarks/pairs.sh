@@ -19,6 +19,8 @@
 #   PIPELINE [1]          requests in flight per connection
 #   KEYS [100000]         distinct keys, all preloaded
 #   VALUE_SIZE [100]      value bytes
+#   ZIPF_SKEW [unset]     keys of the measured phase drawn uniformly; set, drawn
+#                         zipfian with this skew (0.99: a few hot keys)
 #   DURATION [4s]         measured phase of each run
 #   WARMUP [500ms]        warm-up before it (not counted)
 #   CLIENT_THREADS [2]    larder bench worker threads
@@ -56,6 +58,7 @@ CONNS="${CONNS:-500}"
 PIPELINE="${PIPELINE:-1}"
 KEYS="${KEYS:-100000}"
 VALUE_SIZE="${VALUE_SIZE:-100}"
+ZIPF_SKEW="${ZIPF_SKEW:-}"
 DURATION="${DURATION:-4s}"
 WARMUP="${WARMUP:-500ms}"
 CLIENT_THREADS="${CLIENT_THREADS:-2}"
@@ -77,6 +80,11 @@ for setting in PAIRS CONNS PIPELINE KEYS VALUE_SIZE CLIENT_THREADS SERVER_THREAD
     positive "$setting" "${!setting}"
 done
 RATIO="$(ratio_of "$WORKLOAD")"
+KEY_PATTERN=()
+if [[ -n "$ZIPF_SKEW" ]]; then
+    [[ "$ZIPF_SKEW" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "ZIPF_SKEW must be a number like 0.99, not '$ZIPF_SKEW'"
+    KEY_PATTERN=(--key-pattern zipfian --zipf-skew "$ZIPF_SKEW")
+fi
 whole_number SETTLE_SECONDS_MAX "$SETTLE_SECONDS_MAX"
 (( CONNS % CLIENT_THREADS == 0 )) || die "CONNS ($CONNS) must be a multiple of CLIENT_THREADS ($CLIENT_THREADS)"
 
@@ -158,7 +166,7 @@ on_exit_stop stop_all_servers
     echo "load_generator: $(larder_facts "$LARDER")"
     # Larder reads no LARDER_* variables, but an experimental build might.
     echo "environment: $(env | grep -E '^LARDER_' | sort | tr '\n' ' ')"
-    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
+    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE ZIPF_SKEW='$ZIPF_SKEW' DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 
@@ -196,7 +204,7 @@ run_side() {
     settled="$(settle "$SETTLE_SECONDS_MAX")"
     echo "$settled" >"$RAW/pair$pair-$side.settle"
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
-        -P "$PIPELINE" --ratio "$RATIO" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
+        -P "$PIPELINE" --ratio "$RATIO" "${KEY_PATTERN[@]}" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
     local cpu_before_s cpu_after_s ticks_before
     cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"

@@ -141,12 +141,14 @@ def build(results_dir: Path) -> dict:
 def markdown(doc: dict) -> str:
     settings = settings_of(doc["machine"])
     s = doc["summary"]
+    skew = settings.get("ZIPF_SKEW")
+    pattern = f"keys zipfian (skew {skew}), " if skew else ""
     md = [f"# Alternating pairs ({doc['machine'].get('date', 'undated')})", "", "Machine and settings:", ""]
     md += [f"- {k}: `{v}`" for k, v in doc["machine"].items()]
     md += [
         "",
         f"A = `{settings.get('A', '?')}`, B = `{settings.get('B', '?')}`: {settings.get('WORKLOAD', '?')}, "
-        f"{settings.get('CONNS', '?')} connections, pipeline {settings.get('PIPELINE', '?')}, "
+        f"{pattern}{settings.get('CONNS', '?')} connections, pipeline {settings.get('PIPELINE', '?')}, "
         f"{settings.get('DURATION', '?')} per run. Each pair ran A and B back to back, the order "
         "alternating; every run started its server afresh. Server CPU is all of the server's threads "
         "over the whole load-generator run, per request of the warm-up and measured phase at the "

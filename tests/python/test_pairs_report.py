@@ -174,3 +174,16 @@ def test_busy_ticks_reads_user_nice_system_irq_and_softirq():
     after = cpu_line()
     busy = [0, 1, 2, 5, 6]  # idle, iowait and steal (3, 4, 7) are not busy
     assert sum(before[i] for i in busy) <= int(out) <= sum(after[i] for i in busy)
+
+
+def test_the_report_names_zipfian_keys_only_when_the_run_drew_them(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for n in (1, 2):
+        write_run(raw, f"pair{n}-A", 10_000.0, 0.0)
+        write_run(raw, f"pair{n}-B", 10_000.0, 0.0)
+    for skew, expected in (("0.99", "mix, keys zipfian (skew 0.99), 50 connections"), ("", "mix, 50 connections")):
+        (tmp_path / "machine.txt").write_text(
+            f"settings: A='a' B='b' PAIRS=2 WORKLOAD=mix CONNS=50 ZIPF_SKEW='{skew}' DURATION=4s\n"
+        )
+        assert expected in markdown(build(tmp_path))
