@@ -458,7 +458,7 @@ def test_reply_matches_memcached(case: Case, module_memcached, module_larder):
 
 
 COUNTERS = (
-    "cmd_get cmd_set cmd_touch get_hits get_misses touch_hits touch_misses "
+    "cmd_get cmd_set cmd_touch get_hits get_misses get_flushed touch_hits touch_misses "
     "cas_hits cas_misses cas_badval incr_hits incr_misses decr_hits decr_misses total_items"
 ).split()
 
@@ -471,6 +471,9 @@ COUNTED = {
     "stores": b"set {k}a 0 0 1\r\nx\r\nadd {k}a 0 0 1\r\nx\r\nadd {k}b 0 0 1\r\nx\r\n"
     b"append {k}a 0 0 1\r\ny\r\nreplace {k}zz 0 0 1\r\nx\r\nms {k}c 1\r\nz\r\nms {k}c 1 ME\r\nz\r\n",
     "mg_vivify": b"mg {k}v N30 v\r\nmg {k}v v\r\n",
+    # Each flushed item counts once, whatever finds it: memcached unlinks it.
+    "flushed": b"set {k}a 0 0 1\r\nx\r\nset {k}b 0 0 1\r\nx\r\nset {k}c 0 0 1\r\nx\r\nflush_all\r\n"
+    b"get {k}a\r\nmg {k}a v\r\ndelete {k}b\r\nincr {k}c 1\r\nadd {k}c 0 0 1\r\ny\r\n",
     "ma_vivify": b"ma {k}n N0 J5 v\r\nma {k}n v\r\nma {k}zz\r\nma {k}n MD D2 v\r\n"
     b"incr {k}n 1\r\nincr {k}zz 1\r\ndecr {k}n 1\r\n",
 }

@@ -13,7 +13,9 @@ use crate::error::{Error, Result};
 use crate::fs::{Fs, OsFs};
 use crate::idle::IdleSignal;
 use crate::item::Item;
-use crate::keydir::{self, Entry, Keydir, BIT_FETCHED, BIT_REFERENCED, BIT_STALE, BIT_WIN_SENT};
+use crate::keydir::{
+    self, Entry, Keydir, BIT_DEAD_COUNTED, BIT_FETCHED, BIT_REFERENCED, BIT_STALE, BIT_WIN_SENT,
+};
 use crate::log::{CommitFuture, Log, Segments, Ticket};
 use crate::record;
 use crate::stats::{Counters, RecoveryReport, SegmentStats, Stats};
@@ -460,6 +462,34 @@ impl Inner {
         }
     }
 
+    /// Counts an entry a request found that is not live, as flushed or as
+    /// expired, once per item: memcached counts an item it finds so in
+    /// `get_flushed` or `get_expired` and unlinks it, so the next request
+    /// is a plain miss; here the entry stays until it is reclaimed, and a
+    /// bit marks it counted (a new put clears it).
+    pub(crate) fn found_dead(&self, entry: &Entry) {
+        if entry.bits().fetch_or(BIT_DEAD_COUNTED, Ordering::Relaxed) & BIT_DEAD_COUNTED != 0 {
+            return;
+        }
+        let counter = if entry.cas() < self.flush_seq.load(Ordering::Acquire) {
+            &self.counters.found_flushed
+        } else {
+            &self.counters.found_expired
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `found` if it holds a live item at `now`; an entry that does not is
+    /// counted ([`Inner::found_dead`]).
+    pub(crate) fn live<'e>(&self, found: Option<&'e Entry>, now: u32) -> Option<&'e Entry> {
+        let entry = found?;
+        if self.is_live(entry, now) {
+            return Some(entry);
+        }
+        self.found_dead(entry);
+        None
+    }
+
     /// True when `entry` holds a live item at `now`.
     pub fn is_live(&self, entry: &Entry, now: u32) -> bool {
         !is_expired(entry.exptime(), now) && entry.cas() >= self.flush_seq.load(Ordering::Acquire)
@@ -484,7 +514,7 @@ impl Inner {
         };
         // `is_live` loads the flush generation first: a flush raises it
         // after `flush_lsn`, which `seen` then loads.
-        let live = self.is_live(entry, now);
+        let live = self.live(Some(entry), now).is_some();
         let seen = self.seen(index, Some(entry));
         if !live {
             return Ok(Some((None, seen)));
@@ -645,6 +675,8 @@ impl Inner {
             compaction_bytes_read: load(&counters.compaction_bytes_read),
             compaction_bytes_written: load(&counters.compaction_bytes_written),
             reclaimed_items: load(&counters.reclaimed_items),
+            found_expired: load(&counters.found_expired),
+            found_flushed: load(&counters.found_flushed),
             expiry_walks: load(&counters.expiry_walks),
             cache_evictions: load(&counters.cache_evictions),
             next_cas: self.next_seq.load(Ordering::Relaxed),

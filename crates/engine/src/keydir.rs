@@ -33,6 +33,9 @@ pub const BIT_FETCHED: u8 = 4;
 pub const BIT_WIN_SENT: u8 = 8;
 /// Read since the cache trimmer last passed (its clock hand).
 pub const BIT_REFERENCED: u8 = 16;
+/// A request found the item expired or flushed and counted it (see
+/// [`crate::engine::Inner::found_dead`]).
+pub const BIT_DEAD_COUNTED: u8 = 32;
 
 /// The fixed part of an entry's heap block; the key follows it, then the
 /// value while it is cached.

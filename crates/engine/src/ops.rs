@@ -262,7 +262,7 @@ impl Inner {
         let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) else {
             return Ok((None, self.seen(index, None)));
         };
-        if !self.is_live(entry, now) {
+        if self.live(Some(entry), now).is_none() {
             return Ok((None, self.seen(index, Some(entry))));
         }
         let seq = self.issue_seqs(1)?;
@@ -319,7 +319,7 @@ impl Engine {
         let found = crate::keydir::find(&table, hash, key);
         // An outcome that changes nothing still answers what it saw.
         let seen = || inner.seen(index, found);
-        let current = found.filter(|entry| inner.is_live(entry, now));
+        let current = inner.live(found, now);
         let stale = match (mode, current) {
             (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas(),
             _ => false,
@@ -392,7 +392,7 @@ impl Engine {
         let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) else {
             return Ok((DeleteOutcome::NotFound, inner.seen(index, None)));
         };
-        if !inner.is_live(found.get(), now) {
+        if inner.live(Some(found.get()), now).is_none() {
             return Ok((
                 DeleteOutcome::NotFound,
                 inner.seen(index, Some(found.get())),
@@ -428,7 +428,7 @@ impl Engine {
         let index = inner.keydir.partition_index(hash);
         let mut table = inner.keydir.partition_at(index).write();
         let found = crate::keydir::find(&table, hash, key);
-        let Some(entry) = found.filter(|e| inner.is_live(e, now)) else {
+        let Some(entry) = inner.live(found, now) else {
             return Ok((DeleteOutcome::NotFound, inner.seen(index, found)));
         };
         if cas.is_some_and(|cas| cas != entry.cas()) {
@@ -464,7 +464,7 @@ impl Engine {
         let index = inner.keydir.partition_index(hash);
         let mut table = inner.keydir.partition_at(index).write();
         let found = crate::keydir::find(&table, hash, key);
-        if found.is_some_and(|e| inner.is_live(e, now)) {
+        if inner.live(found, now).is_some() {
             return Ok((false, inner.seen(index, found)));
         }
         let (_, ticket) = inner.put(&mut table, hash, key, &[], 0, expiry.stored(), false)?;
@@ -487,8 +487,7 @@ impl Engine {
         let mut table = inner.keydir.partition_at(index).write();
         let found = crate::keydir::find(&table, hash, key);
         let seen = || inner.seen(index, found);
-        let current = found.filter(|e| inner.is_live(e, now));
-        let Some(entry) = current else {
+        let Some(entry) = inner.live(found, now) else {
             let Some((initial, expiry)) = arith.initial else {
                 return Ok((ArithOutcome::NotFound, seen()));
             };

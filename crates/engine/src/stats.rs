@@ -52,6 +52,10 @@ pub struct Counters {
     pub compaction_bytes_written: AtomicU64,
     /// Items removed in the background because they expired or were flushed.
     pub reclaimed_items: AtomicU64,
+    /// Items a request found expired, or flushed, before they were
+    /// reclaimed; each counted once.
+    pub found_expired: AtomicU64,
+    pub found_flushed: AtomicU64,
     /// Keydir partitions the expiry sweep walked (it passes over those that
     /// hold no item with an expiry time).
     pub expiry_walks: AtomicU64,
@@ -172,6 +176,12 @@ pub struct Stats {
     pub compaction_bytes_written: u64,
     /// Items reclaimed after expiry or flush.
     pub reclaimed_items: u64,
+    /// Items a request found expired before they were reclaimed, each
+    /// counted once (memcached's `get_expired`).
+    pub found_expired: u64,
+    /// Items a request found flushed before they were reclaimed, each
+    /// counted once (memcached's `get_flushed`).
+    pub found_flushed: u64,
     /// Keydir partitions the expiry sweep walked.
     pub expiry_walks: u64,
     /// Values dropped from memory for the cache budget.

@@ -355,3 +355,50 @@ fn a_visiting_read_with_a_touch_sets_the_expiry_and_sees_the_value() {
     assert_eq!(seen, Some((at, true, b"value".to_vec())));
     assert_eq!(engine.get(b"k").unwrap().unwrap().exptime, at);
 }
+
+#[test]
+fn items_found_expired_or_flushed_are_counted_once_each_as_memcached_counts_them() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::EverySec), &clock);
+    let found = |engine: &larder_engine::Engine| {
+        let stats = engine.stats();
+        (stats.found_expired, stats.found_flushed)
+    };
+    let now = clock.now();
+    for key in [&b"a"[..], b"b", b"c"] {
+        let (_, ticket) = engine
+            .store(StoreMode::Set, key, b"1", 0, Expiry::At(now + 10))
+            .unwrap();
+        engine.commit(ticket).unwrap();
+    }
+    clock.advance(11);
+    assert_eq!(engine.get(b"a").unwrap(), None);
+    assert_eq!(engine.get(b"a").unwrap(), None, "counted once");
+    let (outcome, _) = engine.delete(b"b", None).unwrap();
+    assert_eq!(outcome, DeleteOutcome::NotFound);
+    assert_eq!(found(&engine), (2, 0));
+    // A new put of an expired key can be found expired again.
+    let (outcome, _) = engine
+        .store(StoreMode::Add, b"a", b"2", 0, Expiry::At(clock.now() + 10))
+        .unwrap();
+    assert!(matches!(outcome, StoreOutcome::Stored { .. }));
+    clock.advance(11);
+    assert_eq!(engine.get(b"a").unwrap(), None);
+    assert_eq!(found(&engine), (3, 0));
+
+    set(&engine, b"d", b"1");
+    let _ = engine.flush_all(0).unwrap();
+    let incr = Arith {
+        incr: true,
+        delta: 1,
+        cas: None,
+        initial: None,
+    };
+    let (outcome, _) = engine.arith(b"d", incr).unwrap();
+    assert_eq!(outcome, ArithOutcome::NotFound);
+    assert_eq!(engine.get(b"d").unwrap(), None);
+    // c expired before the flush: memcached checks for a flush first.
+    assert_eq!(engine.get(b"c").unwrap(), None);
+    assert_eq!(found(&engine), (3, 2));
+}

@@ -141,12 +141,35 @@ struct Registry {
 }
 
 impl Registry {
-    fn sum(&self) -> CountTotals {
+    fn sum(&self, engine: &EngineCounts) -> CountTotals {
         let mut sum = CountTotals::default();
         for (_, counts) in &self.slots {
             sum.add(counts);
         }
+        sum.get_expired = engine.get_expired;
+        sum.get_flushed = engine.get_flushed;
         sum
+    }
+}
+
+/// The counts `stats` takes from the engine rather than from connections:
+/// whether a miss found an expired or a flushed item is the engine's to
+/// know. Connections leave these two counters at 0.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EngineCounts {
+    /// Items found expired (memcached's `get_expired`).
+    pub get_expired: u64,
+    /// Items found flushed (`get_flushed`).
+    pub get_flushed: u64,
+}
+
+impl EngineCounts {
+    /// The counts in the engine's figures.
+    pub fn of(engine: &EngineStats) -> EngineCounts {
+        EngineCounts {
+            get_expired: engine.found_expired,
+            get_flushed: engine.found_flushed,
+        }
     }
 }
 
@@ -196,15 +219,17 @@ impl Counts {
     /// Every connection's counts since the last `stats reset`. Summed under
     /// the reset's lock, so that a reset cannot come between the sum and
     /// what it is taken from (connections never take that lock).
-    pub fn totals(&self) -> CountTotals {
+    /// `engine` holds the counts the engine keeps, as they are now.
+    pub fn totals(&self, engine: &EngineCounts) -> CountTotals {
         let at_reset = self.registry.at_reset.lock();
-        self.registry.sum().since(&at_reset)
+        self.registry.sum(engine).since(&at_reset)
     }
 
-    /// `stats reset`: counts start again from zero.
-    pub fn reset(&self) {
+    /// `stats reset`: counts start again from zero; `engine` as for
+    /// [`Counts::totals`].
+    pub fn reset(&self, engine: &EngineCounts) {
         let mut at_reset = self.registry.at_reset.lock();
-        *at_reset = self.registry.sum();
+        *at_reset = self.registry.sum(engine);
     }
 
     /// How many slots there are: the most connections ever open at once.
@@ -277,7 +302,7 @@ impl ServerStats {
             load(&self.rejected_connections),
         );
         write_stat_u64(out, b"connection_structures", load(&self.curr_connections));
-        let counts = self.counts.totals();
+        let counts = self.counts.totals(&EngineCounts::of(engine));
         counts.write(out);
         write_stat_u64(out, b"limit_maxbytes", engine.cache_bytes_max);
         write_stat_u64(out, b"accepting_conns", 1);
@@ -448,6 +473,7 @@ mod tests {
 
     #[test]
     fn a_closed_connections_counts_stay_and_a_reset_starts_from_zero() {
+        let none = EngineCounts::default();
         let counts = Counts::default();
         let first = counts.open();
         first.cmd_get.add(3);
@@ -455,19 +481,33 @@ mod tests {
         let second = counts.open();
         second.cmd_get.add(2);
         second.get_hits.add(1);
-        assert_eq!(counts.totals().cmd_get, 5);
-        assert_eq!(counts.totals().get_hits, 1);
+        assert_eq!(counts.totals(&none).cmd_get, 5);
+        assert_eq!(counts.totals(&none).get_hits, 1);
 
-        counts.reset();
-        assert_eq!(counts.totals().cmd_get, 0);
+        counts.reset(&none);
+        assert_eq!(counts.totals(&none).cmd_get, 0);
         second.cmd_get.add(4);
         drop(second);
-        assert_eq!(counts.totals().cmd_get, 4);
-        assert_eq!(counts.totals().get_hits, 0);
+        assert_eq!(counts.totals(&none).cmd_get, 4);
+        assert_eq!(counts.totals(&none).get_hits, 0);
+    }
+
+    #[test]
+    fn the_engines_counts_are_taken_from_the_last_reset_too() {
+        let counts = Counts::default();
+        let engine = |expired, flushed| EngineCounts {
+            get_expired: expired,
+            get_flushed: flushed,
+        };
+        assert_eq!(counts.totals(&engine(3, 1)).get_expired, 3);
+        counts.reset(&engine(3, 1));
+        let totals = counts.totals(&engine(5, 1));
+        assert_eq!((totals.get_expired, totals.get_flushed), (2, 0));
     }
 
     #[test]
     fn there_are_only_as_many_slots_as_connections_open_at_once() {
+        let none = EngineCounts::default();
         let counts = Counts::default();
         for _ in 0..3 {
             let open: Vec<OpenCounts> = (0..10).map(|_| counts.open()).collect();
@@ -476,16 +516,17 @@ mod tests {
             }
         }
         assert_eq!(counts.slots(), 10);
-        assert_eq!(counts.totals().cmd_set, 30);
+        assert_eq!(counts.totals(&none).cmd_set, 30);
 
         let open: Vec<OpenCounts> = (0..11).map(|_| counts.open()).collect();
         assert_eq!(counts.slots(), 11);
         drop(open);
-        assert_eq!(counts.totals().cmd_set, 30);
+        assert_eq!(counts.totals(&none).cmd_set, 30);
     }
 
     #[test]
     fn counts_handed_between_threads_through_reused_slots_add_up() {
+        let none = EngineCounts::default();
         const THREADS: u64 = 4;
         const CONNECTIONS: u64 = 2_000;
         let counts = Counts::default();
@@ -503,10 +544,10 @@ mod tests {
             }
             // `stats` reads while the slots change hands.
             for _ in 0..100 {
-                assert!(counts.totals().cmd_get <= THREADS * CONNECTIONS * 10);
+                assert!(counts.totals(&none).cmd_get <= THREADS * CONNECTIONS * 10);
             }
         });
-        let totals = counts.totals();
+        let totals = counts.totals(&none);
         assert_eq!(totals.cmd_get, THREADS * CONNECTIONS * 10);
         assert_eq!(totals.bytes_read, THREADS * CONNECTIONS * 7);
         assert!(counts.slots() as u64 <= THREADS);

@@ -265,7 +265,8 @@ impl Session {
                 .stats
                 .write_segments(&shared.engine.stats(), &mut self.output),
             Some(b"reset") => {
-                shared.stats.counts.reset();
+                let engine = crate::stats::EngineCounts::of(&shared.engine.stats());
+                shared.stats.counts.reset(&engine);
                 reply::write_reply(&mut self.output, Reply::Reset);
                 return;
             }
