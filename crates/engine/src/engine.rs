@@ -467,6 +467,7 @@ impl Inner {
     /// `get_flushed` or `get_expired` and unlinks it, so the next request
     /// is a plain miss; here the entry stays until it is reclaimed, and a
     /// bit marks it counted (a new put clears it).
+    #[cold]
     pub(crate) fn found_dead(&self, entry: &Entry) {
         if entry.bits().fetch_or(BIT_DEAD_COUNTED, Ordering::Relaxed) & BIT_DEAD_COUNTED != 0 {
             return;
@@ -481,6 +482,7 @@ impl Inner {
 
     /// `found` if it holds a live item at `now`; an entry that does not is
     /// counted ([`Inner::found_dead`]).
+    #[inline]
     pub(crate) fn live<'e>(&self, found: Option<&'e Entry>, now: u32) -> Option<&'e Entry> {
         let entry = found?;
         if self.is_live(entry, now) {

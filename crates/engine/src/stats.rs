@@ -52,9 +52,10 @@ pub struct Counters {
     pub compaction_bytes_written: AtomicU64,
     /// Items removed in the background because they expired or were flushed.
     pub reclaimed_items: AtomicU64,
-    /// Items a request found expired, or flushed, before they were
-    /// reclaimed; each counted once.
+    /// Items a request found expired before they were reclaimed; each
+    /// counted once.
     pub found_expired: AtomicU64,
+    /// The same for items found flushed.
     pub found_flushed: AtomicU64,
     /// Keydir partitions the expiry sweep walked (it passes over those that
     /// hold no item with an expiry time).
