@@ -180,35 +180,57 @@ fn sweep_expired(inner: &Inner) {
             .collect();
         // Only a whole walk (not cut off by the cap) counts every entry.
         let none_left = unexpired == 0 && expired.len() < EXPIRED_PER_PARTITION_MAX;
-        for key in expired {
-            if inner.log.check_writable().is_err() {
-                return;
-            }
-            let Ok(seq) = inner.issue_seqs(1) else {
-                return;
-            };
-            let header = Header::delete(key.len() as u16, seq);
-            let Ok(ticket) = inner.append_other(&header, &key, &[]) else {
-                return;
-            };
-            let hash = inner.keydir.hash(&key);
-            // The entry may be an unsynced put of an expired value, which
-            // a miss after this removal still answers.
-            inner.note_change(hash, ticket);
-            if let Ok(found) = table.find_entry(hash, |entry| entry.key() == key) {
-                let (entry, _) = found.remove();
-                inner.release_entry(&entry);
-                inner.counters.items.fetch_sub(1, Ordering::Relaxed);
-                inner
-                    .counters
-                    .reclaimed_items
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+        if !expired.is_empty() && !remove_expired(inner, &mut table, &expired) {
+            return;
         }
         if none_left {
             inner.keydir.none_expire(index);
         }
     }
+}
+
+/// Logs a delete for each of `keys`, all in one append (so the sweep takes
+/// the log lock once per partition, not once per key, while it holds the
+/// partition's write lock), and removes their entries from `table`.
+/// Returns false, having changed nothing, if the log refuses the append.
+fn remove_expired(inner: &Inner, table: &mut Table, keys: &[Vec<u8>]) -> bool {
+    if inner.log.check_writable().is_err() {
+        return false;
+    }
+    let Ok(first_seq) = inner.issue_seqs(keys.len() as u64) else {
+        return false;
+    };
+    let headers: Vec<Header> = keys
+        .iter()
+        .zip(first_seq..)
+        .map(|(key, seq)| Header::delete(key.len() as u16, seq))
+        .collect();
+    let total = headers.iter().map(Header::record_len).sum();
+    let appended = inner.log.append(total, |buf, _| {
+        for (header, key) in headers.iter().zip(keys) {
+            crate::record::encode(buf, header, key, &[]);
+        }
+    });
+    let Ok((segment, _, ticket)) = appended else {
+        return false;
+    };
+    for (header, key) in headers.iter().zip(keys) {
+        segment.note_seq(header.seq);
+        let hash = inner.keydir.hash(key);
+        // The entry may be an unsynced put of an expired value, which a
+        // miss after this removal still answers.
+        inner.note_change(hash, ticket);
+        if let Ok(found) = table.find_entry(hash, |entry| entry.key() == &key[..]) {
+            let (entry, _) = found.remove();
+            inner.release_entry(&entry);
+            inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+            inner
+                .counters
+                .reclaimed_items
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    true
 }
 
 /// Drops cached values (keys and locations stay) until the cache is under
