@@ -458,7 +458,7 @@ def test_reply_matches_memcached(case: Case, module_memcached, module_larder):
 
 
 COUNTERS = (
-    "cmd_get cmd_set cmd_touch get_hits get_misses get_flushed touch_hits touch_misses "
+    "cmd_get cmd_set cmd_touch get_hits get_misses get_expired get_flushed touch_hits touch_misses "
     "cas_hits cas_misses cas_badval incr_hits incr_misses decr_hits decr_misses total_items"
 ).split()
 
@@ -474,6 +474,10 @@ COUNTED = {
     # Each flushed item counts once, whatever finds it: memcached unlinks it.
     "flushed": b"set {k}a 0 0 1\r\nx\r\nset {k}b 0 0 1\r\nx\r\nset {k}c 0 0 1\r\nx\r\nflush_all\r\n"
     b"get {k}a\r\nmg {k}a v\r\ndelete {k}b\r\nincr {k}c 1\r\nadd {k}c 0 0 1\r\ny\r\n",
+    # Stored already expired (a negative exptime): found expired once.
+    "expired": b"set {k}a 0 -1 1\r\nx\r\nget {k}a\r\nget {k}a\r\nmg {k}a v\r\n",
+    # A counter that needs another digit is stored as a new item.
+    "incr_grows": b"set {k}n 0 0 1\r\n9\r\nincr {k}n 1\r\ndecr {k}n 5\r\nma {k}m N0 J9 v\r\nma {k}m v\r\n",
     "ma_vivify": b"ma {k}n N0 J5 v\r\nma {k}n v\r\nma {k}zz\r\nma {k}n MD D2 v\r\n"
     b"incr {k}n 1\r\nincr {k}zz 1\r\ndecr {k}n 1\r\n",
 }

@@ -301,6 +301,17 @@ impl Engine {
         self.inner.log.attach_idle_signal(signal)
     }
 
+    /// How many items requests have found expired, and flushed, before
+    /// they were reclaimed ([`Stats::found_expired`], [`Stats::found_flushed`]),
+    /// without gathering the other figures.
+    pub fn found_dead(&self) -> (u64, u64) {
+        let counters = &self.inner.counters;
+        (
+            counters.found_expired.load(Ordering::Relaxed),
+            counters.found_flushed.load(Ordering::Relaxed),
+        )
+    }
+
     /// Writes out and `fdatasync`s everything written so far, whatever the
     /// durability mode.
     ///

@@ -86,6 +86,10 @@ pub enum ArithOutcome {
         cas: u64,
         /// The item did not exist and was created with the initial value.
         created: bool,
+        /// The number needed more digits than the old value held (memcached
+        /// then stores a new item rather than rewrite it in place, which
+        /// counts in its `total_items`).
+        grew: bool,
     },
     /// There is no such item (and no initial value was given).
     NotFound,

@@ -243,9 +243,12 @@ impl Entry {
         &self.head().bits
     }
 
-    /// Sets the expiry (a touch).
+    /// Sets the expiry (a touch). An item found expired before (possible
+    /// when the clock steps back) may be found so again.
     pub fn set_exptime(&mut self, exptime: u32) {
-        self.head_mut().exptime = exptime;
+        let head = self.head_mut();
+        head.exptime = exptime;
+        *head.bits.get_mut() &= !BIT_DEAD_COUNTED;
     }
 
     /// Points the entry at a copy of the same put (compaction).

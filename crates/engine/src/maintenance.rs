@@ -192,7 +192,8 @@ fn sweep_expired(inner: &Inner) {
 /// Logs a delete for each of `keys`, all in one append (so the sweep takes
 /// the log lock once per partition, not once per key, while it holds the
 /// partition's write lock), and removes their entries from `table`.
-/// Returns false, having changed nothing, if the log refuses the append.
+/// Returns false if the log refuses the append, having changed nothing
+/// but the seqs it issued (a gap in them is harmless).
 fn remove_expired(inner: &Inner, table: &mut Table, keys: &[Vec<u8>]) -> bool {
     if inner.log.check_writable().is_err() {
         return false;

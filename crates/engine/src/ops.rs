@@ -506,6 +506,7 @@ impl Engine {
                     value: initial,
                     cas,
                     created: true,
+                    grew: false,
                 },
                 ticket,
             ));
@@ -529,6 +530,7 @@ impl Engine {
             value: number,
             cas,
             created: false,
+            grew: text.len() > old.len(),
         };
         Ok((outcome, ticket))
     }

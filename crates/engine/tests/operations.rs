@@ -402,3 +402,26 @@ fn items_found_expired_or_flushed_are_counted_once_each_as_memcached_counts_them
     assert_eq!(engine.get(b"c").unwrap(), None);
     assert_eq!(found(&engine), (3, 2));
 }
+
+#[test]
+fn an_item_found_expired_then_touched_while_live_again_counts_when_it_expires_again() {
+    // The real-time clock can step back: the item counted as expired is
+    // live again, a touch extends it, and its next expiry counts too.
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::EverySec), &clock);
+    let now = clock.now();
+    let (_, ticket) = engine
+        .store(StoreMode::Set, b"k", b"1", 0, Expiry::At(now + 10))
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    clock.advance(11);
+    assert_eq!(engine.get(b"k").unwrap(), None);
+    assert_eq!(engine.stats().found_expired, 1);
+    clock.advance(-11);
+    let (touched, _) = engine.touch(b"k", Expiry::At(clock.now() + 20)).unwrap();
+    assert!(touched);
+    clock.advance(21);
+    assert_eq!(engine.get(b"k").unwrap(), None);
+    assert_eq!(engine.stats().found_expired, 2);
+}

@@ -260,14 +260,7 @@ impl Session {
             Err(error) => return self.engine_error(&error),
         };
         self.wrote(ticket);
-        match outcome {
-            // As in memcached, a counter `N` creates is an item stored.
-            ArithOutcome::Value { created: true, .. } => self.counts.total_items.add(1),
-            ArithOutcome::Value { .. } if incr => self.counts.incr_hits.add(1),
-            ArithOutcome::Value { .. } => self.counts.decr_hits.add(1),
-            _ if incr => self.counts.incr_misses.add(1),
-            _ => self.counts.decr_misses.add(1),
-        }
+        self.count_arith(outcome, incr);
         let start = self.output.len();
         match outcome {
             ArithOutcome::Value { value, cas, .. } => {

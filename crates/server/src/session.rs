@@ -11,7 +11,9 @@
 use crate::stats::{OpenCounts, ServerStats};
 use crate::ServerConfig;
 use bytes::BytesMut;
-use larder_engine::{Engine, Error as EngineError, Expiry, StoreMode, StoreOutcome, Ticket};
+use larder_engine::{
+    ArithOutcome, Engine, Error as EngineError, Expiry, StoreMode, StoreOutcome, Ticket,
+};
 use larder_protocol::reply::{self, Reply};
 use larder_protocol::{Limits, Request};
 use std::ops::Range;
@@ -146,6 +148,28 @@ impl Session {
             StoreOutcome::NotStored => {}
             StoreOutcome::Exists => self.counts.cas_badval.add(1),
             StoreOutcome::NotFound => self.counts.cas_misses.add(1),
+        }
+    }
+
+    /// Counts an incr's or decr's outcome as memcached does: a counter `ma`
+    /// creates is an item stored and neither hit nor miss; one that needs
+    /// more digits is stored anew, which is an item stored as well.
+    pub(crate) fn count_arith(&mut self, outcome: ArithOutcome, incr: bool) {
+        let counts = &self.counts;
+        let (hits, misses) = if incr {
+            (&counts.incr_hits, &counts.incr_misses)
+        } else {
+            (&counts.decr_hits, &counts.decr_misses)
+        };
+        match outcome {
+            ArithOutcome::Value { created: true, .. } => counts.total_items.add(1),
+            ArithOutcome::Value { grew, .. } => {
+                hits.add(1);
+                if grew {
+                    counts.total_items.add(1);
+                }
+            }
+            _ => misses.add(1),
         }
     }
 

@@ -7,7 +7,7 @@
 
 use crate::config::ServerConfig;
 use bytes::BytesMut;
-use larder_engine::Stats as EngineStats;
+use larder_engine::{Engine, Stats as EngineStats};
 use larder_protocol::reply::{write_stat, write_stat_u64};
 use parking_lot::Mutex;
 use std::cell::Cell;
@@ -164,11 +164,12 @@ pub struct EngineCounts {
 }
 
 impl EngineCounts {
-    /// The counts in the engine's figures.
-    pub fn of(engine: &EngineStats) -> EngineCounts {
+    /// The engine's counts as they are now.
+    pub fn of(engine: &Engine) -> EngineCounts {
+        let (get_expired, get_flushed) = engine.found_dead();
         EngineCounts {
-            get_expired: engine.found_expired,
-            get_flushed: engine.found_flushed,
+            get_expired,
+            get_flushed,
         }
     }
 }
@@ -219,17 +220,17 @@ impl Counts {
     /// Every connection's counts since the last `stats reset`. Summed under
     /// the reset's lock, so that a reset cannot come between the sum and
     /// what it is taken from (connections never take that lock).
-    /// `engine` holds the counts the engine keeps, as they are now.
-    pub fn totals(&self, engine: &EngineCounts) -> CountTotals {
+    /// `engine` reads the counts the engine keeps, under that lock too.
+    pub fn totals(&self, engine: impl FnOnce() -> EngineCounts) -> CountTotals {
         let at_reset = self.registry.at_reset.lock();
-        self.registry.sum(engine).since(&at_reset)
+        self.registry.sum(&engine()).since(&at_reset)
     }
 
     /// `stats reset`: counts start again from zero; `engine` as for
     /// [`Counts::totals`].
-    pub fn reset(&self, engine: &EngineCounts) {
+    pub fn reset(&self, engine: impl FnOnce() -> EngineCounts) {
         let mut at_reset = self.registry.at_reset.lock();
-        *at_reset = self.registry.sum(engine);
+        *at_reset = self.registry.sum(&engine());
     }
 
     /// How many slots there are: the most connections ever open at once.
@@ -283,7 +284,8 @@ fn unix_now() -> u64 {
 
 impl ServerStats {
     /// `stats` with no argument: memcached's general figures, then Larder's.
-    pub fn write_general(&self, config: &ServerConfig, engine: &EngineStats, out: &mut BytesMut) {
+    pub fn write_general(&self, config: &ServerConfig, engine: &Engine, out: &mut BytesMut) {
+        let figures = engine.stats();
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         write_stat_u64(out, b"pid", u64::from(std::process::id()));
         write_stat_u64(out, b"uptime", self.started.elapsed().as_secs());
@@ -302,17 +304,17 @@ impl ServerStats {
             load(&self.rejected_connections),
         );
         write_stat_u64(out, b"connection_structures", load(&self.curr_connections));
-        let counts = self.counts.totals(&EngineCounts::of(engine));
+        let counts = self.counts.totals(|| EngineCounts::of(engine));
         counts.write(out);
-        write_stat_u64(out, b"limit_maxbytes", engine.cache_bytes_max);
+        write_stat_u64(out, b"limit_maxbytes", figures.cache_bytes_max);
         write_stat_u64(out, b"accepting_conns", 1);
         write_stat_u64(out, b"threads", config.threads as u64);
-        write_stat_u64(out, b"bytes", engine.item_bytes);
-        write_stat_u64(out, b"curr_items", engine.items);
+        write_stat_u64(out, b"bytes", figures.item_bytes);
+        write_stat_u64(out, b"curr_items", figures.items);
         write_stat_u64(out, b"total_items", counts.total_items);
         write_stat_u64(out, b"evictions", 0);
-        write_stat_u64(out, b"reclaimed", engine.reclaimed_items);
-        self.write_larder(config, engine, out);
+        write_stat_u64(out, b"reclaimed", figures.reclaimed_items);
+        self.write_larder(config, &figures, out);
     }
 
     /// Larder's own figures, all prefixed `larder_`.
@@ -473,7 +475,6 @@ mod tests {
 
     #[test]
     fn a_closed_connections_counts_stay_and_a_reset_starts_from_zero() {
-        let none = EngineCounts::default();
         let counts = Counts::default();
         let first = counts.open();
         first.cmd_get.add(3);
@@ -481,15 +482,15 @@ mod tests {
         let second = counts.open();
         second.cmd_get.add(2);
         second.get_hits.add(1);
-        assert_eq!(counts.totals(&none).cmd_get, 5);
-        assert_eq!(counts.totals(&none).get_hits, 1);
+        assert_eq!(counts.totals(EngineCounts::default).cmd_get, 5);
+        assert_eq!(counts.totals(EngineCounts::default).get_hits, 1);
 
-        counts.reset(&none);
-        assert_eq!(counts.totals(&none).cmd_get, 0);
+        counts.reset(EngineCounts::default);
+        assert_eq!(counts.totals(EngineCounts::default).cmd_get, 0);
         second.cmd_get.add(4);
         drop(second);
-        assert_eq!(counts.totals(&none).cmd_get, 4);
-        assert_eq!(counts.totals(&none).get_hits, 0);
+        assert_eq!(counts.totals(EngineCounts::default).cmd_get, 4);
+        assert_eq!(counts.totals(EngineCounts::default).get_hits, 0);
     }
 
     #[test]
@@ -499,15 +500,42 @@ mod tests {
             get_expired: expired,
             get_flushed: flushed,
         };
-        assert_eq!(counts.totals(&engine(3, 1)).get_expired, 3);
-        counts.reset(&engine(3, 1));
-        let totals = counts.totals(&engine(5, 1));
+        assert_eq!(counts.totals(|| engine(3, 1)).get_expired, 3);
+        counts.reset(|| engine(3, 1));
+        let totals = counts.totals(|| engine(5, 1));
         assert_eq!((totals.get_expired, totals.get_flushed), (2, 0));
     }
 
     #[test]
+    fn the_engines_counts_read_for_stats_never_fall_below_a_concurrent_resets() {
+        // The engine counts on while one thread resets and another reads:
+        // read outside the reset's lock, a count taken before a reset that
+        // recorded a larger one wrapped round to nearly 2^64.
+        let counts = Arc::new(Counts::default());
+        let expired = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let engine = |expired: &AtomicU64| EngineCounts {
+            get_expired: expired.fetch_add(1, Ordering::Relaxed),
+            get_flushed: 0,
+        };
+        let resetter = {
+            let (counts, expired, stop) = (counts.clone(), expired.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    counts.reset(|| engine(&expired));
+                }
+            })
+        };
+        for _ in 0..20_000 {
+            let totals = counts.totals(|| engine(&expired));
+            assert!(totals.get_expired < 1 << 32, "{}", totals.get_expired);
+        }
+        stop.store(true, Ordering::Relaxed);
+        resetter.join().unwrap();
+    }
+
+    #[test]
     fn there_are_only_as_many_slots_as_connections_open_at_once() {
-        let none = EngineCounts::default();
         let counts = Counts::default();
         for _ in 0..3 {
             let open: Vec<OpenCounts> = (0..10).map(|_| counts.open()).collect();
@@ -516,17 +544,16 @@ mod tests {
             }
         }
         assert_eq!(counts.slots(), 10);
-        assert_eq!(counts.totals(&none).cmd_set, 30);
+        assert_eq!(counts.totals(EngineCounts::default).cmd_set, 30);
 
         let open: Vec<OpenCounts> = (0..11).map(|_| counts.open()).collect();
         assert_eq!(counts.slots(), 11);
         drop(open);
-        assert_eq!(counts.totals(&none).cmd_set, 30);
+        assert_eq!(counts.totals(EngineCounts::default).cmd_set, 30);
     }
 
     #[test]
     fn counts_handed_between_threads_through_reused_slots_add_up() {
-        let none = EngineCounts::default();
         const THREADS: u64 = 4;
         const CONNECTIONS: u64 = 2_000;
         let counts = Counts::default();
@@ -544,10 +571,10 @@ mod tests {
             }
             // `stats` reads while the slots change hands.
             for _ in 0..100 {
-                assert!(counts.totals(&none).cmd_get <= THREADS * CONNECTIONS * 10);
+                assert!(counts.totals(EngineCounts::default).cmd_get <= THREADS * CONNECTIONS * 10);
             }
         });
-        let totals = counts.totals(&none);
+        let totals = counts.totals(EngineCounts::default);
         assert_eq!(totals.cmd_get, THREADS * CONNECTIONS * 10);
         assert_eq!(totals.bytes_read, THREADS * CONNECTIONS * 7);
         assert!(counts.slots() as u64 <= THREADS);

@@ -178,15 +178,7 @@ impl Session {
             }
             Err(error) => return self.engine_error(&error),
         };
-        let (hits, misses) = if incr {
-            (&self.counts.incr_hits, &self.counts.incr_misses)
-        } else {
-            (&self.counts.decr_hits, &self.counts.decr_misses)
-        };
-        match outcome {
-            ArithOutcome::Value { .. } => hits.add(1),
-            _ => misses.add(1),
-        }
+        self.count_arith(outcome, incr);
         if arith.noreply {
             return;
         }
@@ -250,10 +242,9 @@ impl Session {
         let shared = std::sync::Arc::clone(&self.shared);
         match stats.group() {
             None => {
-                let engine = shared.engine.stats();
                 shared
                     .stats
-                    .write_general(&shared.config, &engine, &mut self.output);
+                    .write_general(&shared.config, &shared.engine, &mut self.output);
             }
             Some(b"settings") => shared
                 .stats
@@ -265,8 +256,11 @@ impl Session {
                 .stats
                 .write_segments(&shared.engine.stats(), &mut self.output),
             Some(b"reset") => {
-                let engine = crate::stats::EngineCounts::of(&shared.engine.stats());
-                shared.stats.counts.reset(&engine);
+                let engine = &shared.engine;
+                shared
+                    .stats
+                    .counts
+                    .reset(|| crate::stats::EngineCounts::of(engine));
                 reply::write_reply(&mut self.output, Reply::Reset);
                 return;
             }
