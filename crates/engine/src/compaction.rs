@@ -59,6 +59,15 @@ const SPACE_DEAD_RATIO_MIN: f64 = 0.25;
 /// (64 MiB segments, 131 MiB live) at such moments.
 const GROUP_SEGMENT_FRACTION: u64 = 4;
 
+/// A sealed segment shorter than the segment size divided by this is
+/// small: typically what a run that wrote little left behind, since every
+/// open starts a new segment.
+const SMALL_SEGMENT_FRACTION: u64 = 64;
+/// Small segments are merged once there are this many. However little is
+/// dead in them, each holds a file descriptor and a hint, and a server
+/// restarted often after a few writes would gather them without bound.
+const SMALL_SEGMENTS_MAX: usize = 8;
+
 /// A removed segment's file is cut by this much at a time before it is
 /// deleted (see [`release_removed`]).
 const RELEASE_STEP: u64 = 1 << 20;
@@ -161,9 +170,29 @@ struct Compacted {
 fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let recopied = recopy_abandoned(inner);
-    let done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
+    let mut done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
+    let merged = compact_groups(inner, &small_segments(inner))?;
+    done.segments += merged.segments;
+    done.freed_bytes += merged.freed_bytes;
     recopied?;
     Ok(done)
+}
+
+/// Every small sealed segment (see [`SMALL_SEGMENT_FRACTION`]) that
+/// compaction may take, oldest first, once there are at least
+/// [`SMALL_SEGMENTS_MAX`] of them; none before. Compacted together they
+/// make a few larger segments, so each byte in them is copied about once
+/// for every eightfold growth of the segment holding it.
+fn small_segments(inner: &Inner) -> Vec<Arc<Segment>> {
+    let small_max = u64::from(inner.config.segment_bytes_max) / SMALL_SEGMENT_FRACTION;
+    let mut small: Vec<Arc<Segment>> = compactable(inner)
+        .filter(|s| s.len_bytes.load(Ordering::Relaxed) < small_max)
+        .collect();
+    if small.len() < SMALL_SEGMENTS_MAX {
+        return Vec::new();
+    }
+    small.sort_by_key(|s| s.id);
+    small
 }
 
 /// Copies the live records of abandoned outputs into new outputs, made
@@ -233,9 +262,9 @@ fn file_bytes(inner: &Inner) -> u64 {
         .sum()
 }
 
-/// Sealed segments with a hint (other than the active one) at least
-/// `dead_ratio_min` dead, most dead first.
-fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
+/// Sealed segments with a hint, other than the active one and those kept
+/// for an abandoned output (see [`recopy_abandoned`]).
+fn compactable(inner: &Inner) -> impl Iterator<Item = Arc<Segment>> {
     let active_id = inner.log.active_id();
     let kept: Vec<u32> = inner
         .abandoned_outputs
@@ -244,13 +273,18 @@ fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
         .flatten()
         .copied()
         .collect();
-    let mut candidates: Vec<Arc<Segment>> = inner
+    inner
         .segments
         .all()
         .into_iter()
-        .filter(|s| s.id != active_id && s.sealed.load(Ordering::Acquire))
-        .filter(|s| !kept.contains(&s.id))
+        .filter(move |s| s.id != active_id && s.sealed.load(Ordering::Acquire))
+        .filter(move |s| !kept.contains(&s.id))
         .filter(|s| s.has_hint.load(Ordering::Acquire))
+}
+
+/// Compactable segments at least `dead_ratio_min` dead, most dead first.
+fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
+    let mut candidates: Vec<Arc<Segment>> = compactable(inner)
         .filter(|s| s.dead_ratio() >= dead_ratio_min)
         .filter(|s| s.dead_bytes() > u64::from(segment::HEADER_BYTES))
         .collect();

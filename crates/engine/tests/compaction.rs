@@ -553,3 +553,39 @@ fn an_abandoned_output_that_cannot_be_copied_again_keeps_its_source_and_stops_no
     }
     panic!("no fault point left an abandoned output");
 }
+
+#[test]
+fn the_small_segments_that_restarts_leave_behind_are_merged() {
+    // Every open starts a new segment: a server restarted after a few
+    // writes each time leaves one small, mostly live segment per run.
+    let fs = MemFs::new();
+    let config = config(Durability::EverySec);
+    for run in 0..12 {
+        let engine = open(&fs, &config, &Clock::system());
+        set(&engine, format!("k{run}").as_bytes(), b"v");
+        engine.close().unwrap();
+    }
+    let engine = open(&fs, &config, &Clock::system());
+    assert_eq!(
+        engine.stats().segments,
+        13,
+        "12 runs' segments and the active one"
+    );
+    // Nothing is dead enough for compaction's usual choice.
+    assert_eq!(engine.compact_now(1.0).unwrap(), 12);
+    assert_eq!(engine.stats().segments, 2, "one merged, and the active one");
+    let check = |engine: &larder_engine::Engine| {
+        for run in 0..12 {
+            assert_eq!(value(engine, format!("k{run}").as_bytes()).unwrap(), b"v");
+        }
+    };
+    check(&engine);
+    assert_eq!(
+        engine.compact_now(1.0).unwrap(),
+        0,
+        "fewer than 8 small ones now"
+    );
+    drop(engine);
+    let engine = open(&fs, &config, &Clock::system());
+    check(&engine);
+}
