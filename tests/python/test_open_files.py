@@ -102,3 +102,31 @@ def test_out_of_file_descriptors_the_server_waits_instead_of_spinning(servers):
             sock.close()
     log = larder.stderr()
     assert log.count("cannot accept a connection") == 1, log[-2000:]
+
+
+def larder_under_open_files_limit(servers, limit: int, connections: int):
+    """A Larder started with soft and hard open-files limits of `limit`
+    (set by prlimit, which then runs it: same process)."""
+    larder = servers.larder(extra=["-c", str(connections)], start=False)
+    argv_for = larder.argv_for
+    larder.argv_for = lambda port: ["prlimit", f"--nofile={limit}:{limit}", "--", *argv_for(port)]
+    return larder.start()
+
+
+def test_the_server_warns_when_its_hard_limit_is_below_what_its_connections_need(servers):
+    limit = 200
+    larder = larder_under_open_files_limit(servers, limit, connections=1024)
+    assert resource.prlimit(larder.pid, resource.RLIMIT_NOFILE) == (limit, limit)
+    with socket.create_connection((HOST, larder.port), timeout=5) as sock:
+        assert version(sock).startswith(b"VERSION ")
+    warnings = [line for line in larder.stderr().splitlines() if "open files limit" in line]
+    assert len(warnings) == 1, larder.stderr()
+    assert "raise ulimit -n" in warnings[0]
+
+
+def test_no_warning_when_the_hard_limit_covers_the_connections(servers):
+    limit = 200
+    larder = larder_under_open_files_limit(servers, limit, connections=limit - FILES_BESIDES_CONNECTIONS)
+    with socket.create_connection((HOST, larder.port), timeout=5) as sock:
+        assert version(sock).startswith(b"VERSION ")
+    assert "open files limit" not in larder.stderr()
