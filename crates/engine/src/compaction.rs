@@ -1,10 +1,11 @@
 //! Background compaction and hint files.
 //!
 //! The compactor thread writes a hint file for each sealed log segment, and
-//! rewrites sealed segments whose dead fraction passes the threshold: live
-//! records are copied into a new segment (origin "compaction"), each key is
-//! switched to the copy only if it still points at the old record, and the
-//! old segment is removed only after the copy and its hint are durable.
+//! rewrites sealed segments whose dead fraction passes the threshold, and
+//! small ones together ([`merge_small`]): live records are copied into a
+//! new segment (origin "compaction"), each key is switched to the copy only
+//! if it still points at the old record, and the old segment is removed
+//! only after the copy and its hint are durable.
 //!
 //! Why this is safe at any crash point: until the old file is removed both
 //! copies exist with the same seq and recovery picks either; a compaction
@@ -61,11 +62,13 @@ const GROUP_SEGMENT_FRACTION: u64 = 4;
 
 /// A sealed segment shorter than the segment size divided by this is
 /// small: typically what a run that wrote little left behind, since every
-/// open starts a new segment.
+/// open starts a new segment. Well under a group's limits, so that merging
+/// [`SMALL_SEGMENTS_MAX`] of them always makes one output.
 const SMALL_SEGMENT_FRACTION: u64 = 64;
-/// Small segments are merged once there are this many. However little is
-/// dead in them, each holds a file descriptor and a hint, and a server
-/// restarted often after a few writes would gather them without bound.
+/// Small segments of one size tier are merged once there are this many.
+/// However little is dead in them, each holds a file descriptor and a
+/// hint, and a server restarted often after a few writes would gather them
+/// without bound.
 const SMALL_SEGMENTS_MAX: usize = 8;
 
 /// A removed segment's file is cut by this much at a time before it is
@@ -97,10 +100,16 @@ pub fn compactor_loop(inner: &Inner) {
             0 => relieve_space(inner),
             _ => Ok(done),
         });
+        // Apart, so that a merge that keeps failing holds up neither the
+        // pass nor space relief.
+        let merged = merge_small(inner).unwrap_or_else(|error| {
+            tracing::error!(%error, "merging small segments failed; retrying later");
+            0
+        });
         match passed {
             // A pass that freed nothing (its segments held records that must
             // be kept, such as tombstones) is not repeated at once.
-            Ok(done) if done.freed_bytes == 0 => std::thread::sleep(PASS_INTERVAL),
+            Ok(done) if done.freed_bytes == 0 && merged == 0 => std::thread::sleep(PASS_INTERVAL),
             Ok(_) => {}
             Err(error) => {
                 tracing::error!(%error, "compaction failed; retrying later");
@@ -146,7 +155,7 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
 /// One pass: copies abandoned outputs again ([`recopy_abandoned`]), then
 /// compacts every sealed segment (with a hint, and not kept for an
 /// abandoned output) whose dead ratio is at least `dead_ratio_min`, most
-/// dead first. Returns how many of those were compacted; an error if
+/// dead first (small segments are merged apart: [`merge_small`]). Returns how many of those were compacted; an error if
 /// either part failed.
 ///
 /// The candidates are compacted in groups of at most a quarter segment of
@@ -170,29 +179,40 @@ struct Compacted {
 fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let recopied = recopy_abandoned(inner);
-    let mut done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
-    let merged = compact_groups(inner, &small_segments(inner))?;
-    done.segments += merged.segments;
-    done.freed_bytes += merged.freed_bytes;
+    let done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
     recopied?;
     Ok(done)
 }
 
-/// Every small sealed segment (see [`SMALL_SEGMENT_FRACTION`]) that
-/// compaction may take, oldest first, once there are at least
-/// [`SMALL_SEGMENTS_MAX`] of them; none before. Compacted together they
-/// make a few larger segments, so each byte in them is copied about once
-/// for every eightfold growth of the segment holding it.
-fn small_segments(inner: &Inner) -> Vec<Arc<Segment>> {
+/// Merges small sealed segments (see [`SMALL_SEGMENT_FRACTION`]): once
+/// [`SMALL_SEGMENTS_MAX`] of them are in one size tier (a factor of 8 in
+/// length), they are compacted into one, which lands in a higher tier. So
+/// each byte in them is copied about once per eightfold growth of its
+/// segment, and at most `SMALL_SEGMENTS_MAX - 1` small segments per tier
+/// stay. Segments past the small limit are not merged: a server whose runs
+/// each write more than that keeps a segment per run, bounded by its live
+/// data rather than by its restarts. Returns how many segments it merged.
+pub fn merge_small(inner: &Inner) -> Result<usize> {
+    let _guard = inner.compaction_lock.lock();
     let small_max = u64::from(inner.config.segment_bytes_max) / SMALL_SEGMENT_FRACTION;
-    let mut small: Vec<Arc<Segment>> = compactable(inner)
-        .filter(|s| s.len_bytes.load(Ordering::Relaxed) < small_max)
-        .collect();
-    if small.len() < SMALL_SEGMENTS_MAX {
-        return Vec::new();
+    let mut tiers: std::collections::BTreeMap<u32, Vec<Arc<Segment>>> = Default::default();
+    for segment in compactable(inner) {
+        let len = segment.len_bytes.load(Ordering::Relaxed);
+        if len < small_max {
+            tiers
+                .entry(len.max(1).ilog2() / 3)
+                .or_default()
+                .push(segment);
+        }
     }
-    small.sort_by_key(|s| s.id);
-    small
+    let mut merged = 0;
+    for mut tier in tiers.into_values() {
+        if tier.len() >= SMALL_SEGMENTS_MAX {
+            tier.sort_by_key(|s| s.id);
+            merged += compact_groups(inner, &tier)?.segments;
+        }
+    }
+    Ok(merged)
 }
 
 /// Copies the live records of abandoned outputs into new outputs, made
@@ -202,7 +222,7 @@ fn small_segments(inner: &Inner) -> Vec<Arc<Segment>> {
 /// it (a failed write, write-back, sync or hint): it may never reach the
 /// disk, so it gets no hint (the next open discards it) and, until its
 /// records are copied again, the segments it copied from are kept out of
-/// compaction ([`candidates`]): they hold the only durable copy of what
+/// compaction ([`compactable`]): they hold the only durable copy of what
 /// was switched, and the next open reads them again. The rest of
 /// compaction goes on meanwhile, so a copy that keeps failing (say the
 /// abandoned output cannot be read back) does not stop it. An output

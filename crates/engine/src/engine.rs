@@ -337,16 +337,18 @@ impl Engine {
     }
 
     /// Runs one compaction pass now on segments whose dead fraction is at
-    /// least `dead_ratio_min`, and writes missing hint files; then deletes
-    /// the files of removed segments that no reader holds. Returns the
-    /// number of segments compacted; an error if any step failed, including
-    /// only that deletion (the pass is then done, and the next open
-    /// deletes what is left).
+    /// least `dead_ratio_min`, and writes missing hint files; merges small
+    /// segments as the compactor does; then deletes the files of removed
+    /// segments that no reader holds. Returns the number of segments
+    /// compacted or merged; an error if any step failed, including only
+    /// that deletion (the pass is then done, and the next open deletes
+    /// what is left).
     pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
         crate::compaction::write_pending_hints(&self.inner)?;
         let compacted = crate::compaction::compact_pass(&self.inner, dead_ratio_min)?;
+        let merged = crate::compaction::merge_small(&self.inner)?;
         crate::compaction::release_removed(&self.inner)?;
-        Ok(compacted)
+        Ok(compacted + merged)
     }
 
     /// Runs the maintenance work (delayed flushes, reclaiming flushed and

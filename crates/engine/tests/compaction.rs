@@ -589,3 +589,35 @@ fn the_small_segments_that_restarts_leave_behind_are_merged() {
     let engine = open(&fs, &config, &Clock::system());
     check(&engine);
 }
+
+#[test]
+fn merging_small_segments_copies_each_byte_a_few_times_not_once_per_merge() {
+    // Merged into one output that stays small, the same bytes would be
+    // copied again with every few new runs: quadratic in the runs.
+    let fs = MemFs::new();
+    let config = config(Durability::EverySec);
+    let runs = 200;
+    let (mut written, mut copied, mut segments) = (0, 0, 0);
+    for run in 0..runs {
+        let engine = open(&fs, &config, &Clock::system());
+        set(&engine, format!("k{run}").as_bytes(), &[b'v'; 1000]);
+        written += 1000;
+        engine.compact_now(1.0).unwrap();
+        // Each run's engine counts its own compactions.
+        copied += engine.stats().compaction_bytes_written;
+        segments = engine.stats().segments;
+        engine.close().unwrap();
+    }
+    assert!(
+        copied < 4 * written,
+        "{copied} bytes copied for {written} written"
+    );
+    assert!(segments < 30, "{segments} segments");
+    let engine = open(&fs, &config, &Clock::system());
+    for run in 0..runs {
+        assert_eq!(
+            value(&engine, format!("k{run}").as_bytes()).unwrap().len(),
+            1000
+        );
+    }
+}
