@@ -218,13 +218,10 @@ fn remove_expired(inner: &Inner, table: &mut Table, keys: &[Vec<u8>]) -> bool {
     for (header, key) in headers.iter().zip(keys) {
         segment.note_seq(header.seq);
         let hash = inner.keydir.hash(key);
-        // The entry may be an unsynced put of an expired value, which a
-        // miss after this removal still answers.
-        inner.note_change(hash, ticket);
-        if let Ok(found) = table.find_entry(hash, |entry| entry.key() == &key[..]) {
-            let (entry, _) = found.remove();
-            inner.release_entry(&entry);
-            inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+        let found = table.find_entry(hash, |entry| entry.key() == &key[..]).ok();
+        // Noted for readers too: the entry may be an unsynced put of an
+        // expired value, which a miss after this removal still answers.
+        if inner.drop_deleted(hash, ticket, found) {
             inner
                 .counters
                 .reclaimed_items

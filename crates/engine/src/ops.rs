@@ -14,6 +14,7 @@ use crate::keydir::{Entry, Table, BIT_STALE, BIT_WIN_SENT};
 use crate::log::Ticket;
 use crate::record::{self, Header, Kind, KEY_BYTES_MAX};
 use crate::segment::Segment;
+use hashbrown::hash_table::OccupiedEntry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -105,6 +106,26 @@ fn format_counter(number: u64, old_len: usize) -> Vec<u8> {
 }
 
 impl Inner {
+    /// A delete of the key of `hash` was logged, ending at `ticket`: notes
+    /// it for readers ([`Inner::seen`]) and removes the key's entry,
+    /// `found`, if it had one. Returns whether it had. The key's partition
+    /// write lock is held.
+    pub(crate) fn drop_deleted(
+        &self,
+        hash: u64,
+        ticket: Ticket,
+        found: Option<OccupiedEntry<'_, Entry>>,
+    ) -> bool {
+        self.note_change(hash, ticket);
+        let Some(found) = found else {
+            return false;
+        };
+        let (entry, _) = found.remove();
+        self.release_entry(&entry);
+        self.counters.items.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+
     /// Forgets the bytes an entry's current put accounts for.
     pub(crate) fn release_entry(&self, entry: &Entry) {
         if let Some(segment) = self.segments.get(entry.segment_id()) {
@@ -404,10 +425,7 @@ impl Engine {
         let seq = inner.issue_seqs(1)?;
         let header = Header::delete(key.len() as u16, seq);
         let ticket = inner.append_other(&header, key, &[])?;
-        inner.note_change(hash, ticket);
-        let (entry, _) = found.remove();
-        inner.release_entry(&entry);
-        inner.counters.items.fetch_sub(1, Ordering::Relaxed);
+        inner.drop_deleted(hash, ticket, Some(found));
         Ok((DeleteOutcome::Deleted, ticket))
     }
 
@@ -630,12 +648,8 @@ impl Engine {
                     inner.install_put(table, *hash, key, value, &meta);
                 }
                 BatchOp::Delete { key } => {
-                    inner.note_change(*hash, ticket);
-                    if let Ok(found) = table.find_entry(*hash, |entry| entry.key() == *key) {
-                        let (entry, _) = found.remove();
-                        inner.release_entry(&entry);
-                        inner.counters.items.fetch_sub(1, Ordering::Relaxed);
-                    }
+                    let found = table.find_entry(*hash, |entry| entry.key() == *key).ok();
+                    inner.drop_deleted(*hash, ticket, found);
                 }
             }
             offset += header.record_len() as u32;
