@@ -54,6 +54,28 @@ impl Session {
         line.finish();
     }
 
+    /// The status line of an `ms` or `md` whose engine call returned
+    /// `ticket`: an acknowledgement if it stored or deleted (hidden by `q`,
+    /// which hides `HD` only), and so is a failure whose ticket is that of
+    /// unsynced writes it saw.
+    fn meta_write_status(
+        &mut self,
+        status: MetaStatus,
+        key: &MetaKey<'_>,
+        flags: &MetaFlags<'_>,
+        cas: Option<u64>,
+        ticket: Ticket,
+    ) {
+        if flags.quiet && status == MetaStatus::Header {
+            return self.ack_quietly();
+        }
+        let start = self.output.len();
+        self.meta_status(status, key, flags, cas);
+        if status == MetaStatus::Header || ticket != Ticket::NONE {
+            self.ack_since(start);
+        }
+    }
+
     /// mg.
     pub(crate) fn meta_get(&mut self, get: &MetaGet<'_>) {
         self.counts.cmd_meta.add(1);
@@ -190,15 +212,7 @@ impl Session {
             StoreOutcome::Exists => (MetaStatus::Exists, None),
             StoreOutcome::NotFound => (MetaStatus::NotFound, None),
         };
-        if flags.quiet && status == MetaStatus::Header {
-            return self.ack_quietly();
-        }
-        let start = self.output.len();
-        self.meta_status(status, &set.key, flags, cas);
-        // A failure's ticket is that of unsynced writes it saw.
-        if status == MetaStatus::Header || ticket != Ticket::NONE {
-            self.ack_since(start);
-        }
+        self.meta_write_status(status, &set.key, flags, cas, ticket);
     }
 
     /// md.
@@ -229,15 +243,7 @@ impl Session {
             }
             DeleteOutcome::Exists => MetaStatus::Exists,
         };
-        if flags.quiet && status == MetaStatus::Header {
-            return self.ack_quietly();
-        }
-        let start = self.output.len();
-        self.meta_status(status, &delete.key, flags, None);
-        // A failure's ticket is that of unsynced writes it saw.
-        if status == MetaStatus::Header || ticket != Ticket::NONE {
-            self.ack_since(start);
-        }
+        self.meta_write_status(status, &delete.key, flags, None, ticket);
     }
 
     /// ma.
