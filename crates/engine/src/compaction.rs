@@ -102,10 +102,13 @@ pub fn compactor_loop(inner: &Inner) {
         });
         // Apart, so that a merge that keeps failing holds up neither the
         // pass nor space relief.
-        let merged = merge_small(inner).unwrap_or_else(|error| {
-            tracing::error!(%error, "merging small segments failed; retrying later");
-            0
-        });
+        let merged = merge_small_groups(inner).map_or_else(
+            |error| {
+                tracing::error!(%error, "merging small segments failed; retrying later");
+                0
+            },
+            |done| done.segments,
+        );
         match passed {
             // A pass that freed nothing (its segments held records that must
             // be kept, such as tombstones) is not repeated at once.
@@ -164,7 +167,7 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
 /// extra disk a pass needs is one group's output, which is no larger than
 /// its input, not the live data of every candidate at once.
 pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
-    Ok(compact(inner, dead_ratio_min)?.segments)
+    compact(inner, dead_ratio_min)?.reported()
 }
 
 /// What a pass did.
@@ -174,12 +177,23 @@ struct Compacted {
     segments: usize,
     /// Bytes of the segments removed less the bytes of their copies.
     freed_bytes: u64,
+    /// The first failure to delete a compacted group's files (each is
+    /// deleted at once instead, or left to the next open). The pass goes
+    /// on; [`Engine::compact_now`](crate::Engine::compact_now) reports it.
+    unfreed: Option<Error>,
+}
+
+impl Compacted {
+    /// The segments compacted, or the deletion failure.
+    fn reported(self) -> Result<usize> {
+        self.unfreed.map_or(Ok(self.segments), Err)
+    }
 }
 
 fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let recopied = recopy_abandoned(inner);
-    let done = compact_groups(inner, &candidates(inner, dead_ratio_min))?;
+    let done = compact_groups(inner, candidates(inner, dead_ratio_min))?;
     recopied?;
     Ok(done)
 }
@@ -193,6 +207,10 @@ fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
 /// each write more than that keeps a segment per run, bounded by its live
 /// data rather than by its restarts. Returns how many segments it merged.
 pub fn merge_small(inner: &Inner) -> Result<usize> {
+    merge_small_groups(inner)?.reported()
+}
+
+fn merge_small_groups(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let small_max = u64::from(inner.config.segment_bytes_max) / SMALL_SEGMENT_FRACTION;
     let mut tiers: std::collections::BTreeMap<u32, Vec<Arc<Segment>>> = Default::default();
@@ -205,11 +223,13 @@ pub fn merge_small(inner: &Inner) -> Result<usize> {
                 .push(segment);
         }
     }
-    let mut merged = 0;
+    let mut merged = Compacted::default();
     for mut tier in tiers.into_values() {
         if tier.len() >= SMALL_SEGMENTS_MAX {
             tier.sort_by_key(|s| s.id);
-            merged += compact_groups(inner, &tier)?.segments;
+            let done = compact_groups(inner, tier)?;
+            merged.segments += done.segments;
+            merged.unfreed = merged.unfreed.or(done.unfreed);
         }
     }
     Ok(merged)
@@ -240,7 +260,7 @@ pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
     if abandoned.is_empty() {
         return Ok(());
     }
-    compact_groups(inner, &abandoned).map(|_| ())
+    compact_groups(inner, abandoned).map(|_| ())
 }
 
 /// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
@@ -269,7 +289,7 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
             take
         })
         .collect();
-    compact_groups(inner, &chosen)
+    compact_groups(inner, chosen)
 }
 
 /// Bytes in every segment file.
@@ -314,7 +334,7 @@ fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
 
 /// Compacts `candidates` in groups (see [`compact_pass`]). Live bytes
 /// alone do not bound a group: kept tombstones are copied too.
-fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacted> {
+fn compact_groups(inner: &Inner, candidates: Vec<Arc<Segment>>) -> Result<Compacted> {
     let mut done = Compacted::default();
     let segment_bytes = u64::from(inner.config.segment_bytes_max);
     let live_max = segment_bytes / GROUP_SEGMENT_FRACTION;
@@ -329,23 +349,26 @@ fn compact_groups(inner: &Inner, candidates: &[Arc<Segment>]) -> Result<Compacte
                 live <= live_max && input <= segment_bytes
             })
             .count()
-            .max(1);
-        let (group, after) = rest.split_at(size.min(rest.len()));
-        let copied = compact_group(inner, group)?;
+            .clamp(1, rest.len());
+        // Taken out of `rest`, so that once the group is compacted the pass
+        // holds no reference to its segments and their files can go.
+        let group: Vec<Arc<Segment>> = rest.drain(..size).collect();
+        let copied = compact_group(inner, &group)?;
         let removed: u64 = group
             .iter()
             .map(|s| s.len_bytes.load(Ordering::Relaxed))
             .sum();
         done.segments += group.len();
         done.freed_bytes += removed.saturating_sub(copied);
-        rest = after;
+        drop(group);
         // Free the group's files before the next group's output grows:
         // left to the end of the pass, every group's inputs stayed on disk
-        // beside the outputs, and a pass of several groups took the disk
-        // to 1.99x the live data (Experiment D, 2026-11-27). A failure is
+        // beside the outputs (Experiment D, 2026-11-27: 64 MiB beside a
+        // pass's outputs, the disk at 2.03x the live data). A failure is
         // retried before the next pass.
         if let Err(error) = release_removed(inner) {
             tracing::warn!(%error, "freeing the files of compacted segments");
+            done.unfreed.get_or_insert(error);
         }
     }
     Ok(done)
