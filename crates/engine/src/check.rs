@@ -41,6 +41,11 @@ pub struct CheckReport {
     /// after a crash mid-write. Damage in that segment with intact records
     /// after it is in `damage` instead: the next start refuses it.
     pub torn_tail: Option<(PathBuf, u64)>,
+    /// Segments whose sync failed before the process stopped, with the
+    /// offset from which their bytes are unsure and the first damage found
+    /// past it, if any (see [`crate::unsynced`]): damage there is not in
+    /// `damage`, since the next start rewrites the segment up to it.
+    pub unsynced_tails: Vec<(PathBuf, u64, Option<u64>)>,
     /// A newest segment whose creation a crash cut short before its header
     /// reached the disk: it holds no records, and the next start removes it
     /// (see [`segment::creation_cut_short`]).
@@ -122,6 +127,22 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
                 "zeros where records should be, up to the end of the sealed segment".into(),
             ));
         }
+    }
+    for marker in crate::unsynced::read_markers(fs, dir, &names)? {
+        let (id, from) = (marker.id, marker.from);
+        let path = join(dir, &segment::segment_name(id));
+        if !segment_ids.contains(&id) {
+            continue;
+        }
+        let past = |damage: &Damage| damage.file == path && damage.offset >= from;
+        let first = report
+            .damage
+            .iter()
+            .filter(|d| past(d))
+            .map(|d| d.offset)
+            .min();
+        report.damage.retain(|damage| !past(damage));
+        report.unsynced_tails.push((path, from, first));
     }
     for &id in &hint_ids {
         let path = join(dir, &segment::hint_name(id));
@@ -570,6 +591,34 @@ mod tests {
         assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
         assert_eq!(report.damage[0].offset, len as u64);
         assert!(report.torn_tail.is_none());
+    }
+
+    /// A sealed segment whose sync failed before the process stopped: the
+    /// damage past the marked offset is the next start's to cut, and is
+    /// reported as such; damage before it is still damage.
+    #[test]
+    fn damage_past_an_unsynced_mark_is_an_unsynced_tail_and_before_it_damage() {
+        let fs = MemFs::new();
+        let dir = Path::new("/d");
+        let path = Path::new("/d/0000000001.seg");
+        fs.write_file(path, &segment_with_records(10)).unwrap();
+        let newer = reencode_header(segment_with_records(1), 2);
+        fs.write_file(Path::new("/d/0000000002.seg"), &newer)
+            .unwrap();
+        let record_len = (RECORD_HEADER_BYTES + 3 + 4) as u64;
+        let mark = u64::from(segment::HEADER_BYTES) + 6 * record_len;
+        crate::unsynced::mark(&fs, dir, 1, mark).unwrap();
+        fs.corrupt(path, mark + record_len + 33, 0x01).unwrap();
+        let report = check(&fs, dir).unwrap();
+        assert!(report.damage.is_empty(), "{:?}", report.damage);
+        assert_eq!(
+            report.unsynced_tails,
+            vec![(path.to_owned(), mark, Some(mark + record_len))]
+        );
+        fs.corrupt(path, mark - record_len + 33, 0x01).unwrap();
+        let report = check(&fs, dir).unwrap();
+        assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+        assert_eq!(report.damage[0].offset, mark - record_len);
     }
 
     /// `bytes` with its segment header rewritten to name segment `id`.

@@ -38,10 +38,11 @@
 //! was written before it. A failed `fdatasync` is
 //! sticky: the engine cannot know which pages reached the disk, so every
 //! later commit of a write not synced before the failure fails, and the
-//! synced position stays where it was, until [`Log::heal`] has cut the
-//! active segment back to
-//! its last good sync and rewritten the records since then, which the buffer
-//! keeps until they are synced, to a new segment (or the engine is reopened).
+//! synced position stays where it was, until [`Log::heal`] has rewritten
+//! the records since the last good sync, which the buffer keeps until they
+//! are synced, to a new segment and cut the old one back (or the engine is
+//! reopened). A marker file names the unsure bytes meanwhile, for the next
+//! open should the process stop first (see [`crate::unsynced`]).
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
@@ -658,6 +659,7 @@ impl Log {
         self.counters.record_fsync(started.elapsed());
         result.map_err(|error| {
             let error = Error::io(format!("syncing {}", segment.path.display()), error);
+            self.mark_unsynced(segment);
             let mut sync = self.sync.lock();
             sync.failed.get_or_insert_with(|| error.to_string());
             self.sync_failed.store(true, Ordering::Release);
@@ -668,6 +670,27 @@ impl Log {
             error
         })?;
         Ok(io)
+    }
+
+    /// Marks `segment`'s bytes past its last good sync as unsure after its
+    /// sync failed (see [`crate::unsynced`]), as far as a failing disk lets
+    /// it: a marker the kernel holds is enough for a killed process's
+    /// restart, and [`Log::heal`] makes it durable before anything relies on
+    /// it. Called under `sync_io`, so no sync moves the position meanwhile.
+    fn mark_unsynced(&self, segment: &Segment) {
+        let synced = self.synced_lsn.load(Ordering::Acquire);
+        let header = u64::from(segment::HEADER_BYTES);
+        // A sealed segment was synced whole when it was sealed, and so was
+        // one the synced position has passed: no byte of theirs is unsure.
+        let from = match (synced >> 32).cmp(&u64::from(segment.id)) {
+            _ if segment.sealed.load(Ordering::Acquire) => return,
+            std::cmp::Ordering::Greater => return,
+            std::cmp::Ordering::Equal => (synced & u64::from(u32::MAX)).max(header),
+            std::cmp::Ordering::Less => header,
+        };
+        if let Err(error) = crate::unsynced::mark(&*self.fs, &self.dir, segment.id, from) {
+            tracing::warn!(%error, "marking the segment whose sync failed");
+        }
     }
 
     /// Publishes a sync up to `position` and wakes the committers it
@@ -1055,13 +1078,21 @@ impl Log {
     }
 
     /// Tries to resume writing after a failed sync. The failed sync may have
-    /// lost any page written since the last good one, so: cut the active
-    /// segment back to that point and sync it; write every record since then
-    /// (kept in the buffer) to a new segment and sync it. On success returns
-    /// where each put moved and the position now synced; the caller points
-    /// the keydir at the copies and then calls [`Log::resume`] with that
-    /// position. On failure nothing changed that recovery could not read,
-    /// and writes stay refused; try again later.
+    /// lost any page written since the last good one, so: mark the active
+    /// segment's bytes from that point as unsure, durably (see
+    /// [`crate::unsynced`]); write every record since then (kept in the
+    /// buffer) to a new segment and sync it; mark the old segment copied;
+    /// then cut it back to that point and remove the marker. On success
+    /// returns where each put moved and the position now synced; the caller
+    /// points the keydir at the copies and then calls [`Log::resume`] with
+    /// that position. On failure the old segment is still marked, and
+    /// writes stay refused; try again later.
+    ///
+    /// The copy comes before the cut: a process killed in between leaves
+    /// every record in one file or the other, and the marker tells the next
+    /// open which (see [`crate::recovery`]). Once the copy is durable, heal
+    /// succeeds if the old segment is either marked copied (the next open
+    /// cuts it at the mark) or cut back.
     pub fn heal(&self) -> Result<(Vec<Moved>, u64)> {
         let mut state = self.state.lock();
         let old = Arc::clone(&state.active);
@@ -1069,13 +1100,7 @@ impl Log {
         let io = |what: &str, path: &std::path::Path, e| {
             Error::io(format!("{what} {}", path.display()), e)
         };
-        old.file
-            .set_len(base)
-            .map_err(|e| io("cutting back", &old.path, e))?;
-        old.file
-            .sync_data()
-            .map_err(|e| io("syncing", &old.path, e))?;
-        state.written = base;
+        crate::unsynced::mark(&*self.fs, &self.dir, old.id, base)?;
         let header = self.next_segment_header()?;
         let new = create_segment(&*self.fs, &self.dir, header)?;
         let start = u64::from(segment::HEADER_BYTES);
@@ -1086,6 +1111,38 @@ impl Log {
         if let Err(error) = copied {
             crate::fs::discard(&*self.fs, &self.dir, &[&new.path]);
             return Err(io("copying the unsynced records to", &new.path, error));
+        }
+        // The copy is durable. The old tail must not outlive this run but
+        // marked copied (the next open cuts it) or cut: left on disk past
+        // the length its hint describes, a put in it could come back after
+        // compaction dropped the tombstone that hid it.
+        let marked = crate::unsynced::mark_copied(&*self.fs, &self.dir, old.id, base);
+        if marked.is_err() {
+            let name = crate::unsynced::marker_name(old.id);
+            crate::fs::discard(&*self.fs, &self.dir, &[&temporary_path(&self.dir, &name)]);
+        }
+        let shortened = old.file.set_len(base);
+        if shortened.is_ok() {
+            state.written = base;
+        }
+        let cut = shortened
+            .and_then(|()| old.file.sync_data())
+            .map_err(|e| io("cutting back", &old.path, e));
+        match (marked, cut) {
+            (_, Ok(())) => {
+                if let Err(error) = crate::unsynced::unmark(&*self.fs, &self.dir, old.id) {
+                    tracing::warn!(%error, "healed; the next open removes the marker");
+                }
+            }
+            (Ok(()), Err(error)) => {
+                tracing::warn!(%error, "healed; the next open cuts the old segment back");
+            }
+            (Err(error), Err(_)) => {
+                // The marker may say copied: the copy stays, unused this
+                // run; the next open reads it (its records are the old
+                // tail's, which it resolves by seq).
+                return Err(error);
+            }
         }
         let moved = moved_records(&state.buffer, &old, base, &new, start);
         let end = start + state.buffer.len() as u64;

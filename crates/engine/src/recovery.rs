@@ -169,6 +169,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         (segment_ids, hint_ids) = list_files(&*fs, &dir)?;
     }
     let mut opened = open_segments(&*fs, &dir, &segment_ids, &hint_ids, &mut report)?;
+    rewrite_unsynced_tails(&*fs, &dir, &mut opened, &mut report)?;
     // A killed process may have left the directory unsynced too (a segment
     // renamed into place, say), and the removals above (temporary files,
     // unfinished segments, abandoned outputs) are made durable, all at once.
@@ -613,6 +614,90 @@ fn load_segment(
     }
 }
 
+/// Settles every segment a marker names (see [`crate::unsynced`]) and
+/// removes the marker. One marked copied is cut at the mark: everything
+/// past it is durable in a newer segment. One not copied is rewritten
+/// whole, as reads see it now, up to its first damage past the mark: a
+/// killed process's failed sync left those bytes readable, but no sync
+/// would ever write them, so the copy writes them anew; a power cut left
+/// them torn instead, perhaps in a segment no longer the newest, so the
+/// copy ends before the damage, even with intact records after it (they
+/// were never synced).
+///
+/// Damage before the mark is in bytes that were synced: such a segment is
+/// left as it is, marker and all, for [`load_segment`] to judge as any
+/// segment (and `larder check` to report).
+fn rewrite_unsynced_tails(
+    fs: &dyn Fs,
+    dir: &Path,
+    opened: &mut [Arc<Segment>],
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let names = fs
+        .list(dir)
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let active = opened
+        .iter()
+        .rev()
+        .find(|segment| segment.header.origin == Origin::Log)
+        .map(|segment| segment.id);
+    for marker in crate::unsynced::read_markers(fs, dir, &names)? {
+        let id = marker.id;
+        if let Some(segment) = opened.iter_mut().find(|segment| segment.id == id) {
+            let len = segment.len_bytes.load(Ordering::Relaxed);
+            let start = u64::from(segment::HEADER_BYTES);
+            let io_error = |e| Error::io(format!("scanning {}", segment.path.display()), e);
+            let (end, visited) =
+                scan(&*segment.file, start, len, |_, _, _| Ok(())).map_err(io_error)?;
+            visited?;
+            let keep = match end {
+                ScanEnd::Damaged { offset, .. } if offset < marker.from.min(len) => continue,
+                _ if marker.copied => marker.from.min(len),
+                ScanEnd::Clean => len,
+                ScanEnd::Damaged { offset, .. } => offset,
+            };
+            tracing::warn!(
+                file = %segment.path.display(),
+                from = marker.from,
+                copied = marker.copied,
+                kept = keep,
+                cut = len - keep,
+                "settling a segment whose sync failed before the process stopped"
+            );
+            replace_with_copy(fs, dir, segment, keep, Some(id) == active)?;
+            report.rewritten_segments += 1;
+        }
+        crate::unsynced::unmark(fs, dir, id)?;
+    }
+    Ok(())
+}
+
+/// Rewrites `segment` as its first `len` bytes read now, under a temporary
+/// name, synced and renamed over the original, and opens it afresh
+/// (writable if `writable`). On failure the temporary file is removed and
+/// the original left as it was.
+fn replace_with_copy(
+    fs: &dyn Fs,
+    dir: &Path,
+    segment: &mut Arc<Segment>,
+    len: u64,
+    writable: bool,
+) -> Result<()> {
+    let name = segment::segment_name(segment.id);
+    if let Err(error) = crate::fs::install_copy(fs, dir, &name, &*segment.file, len) {
+        crate::fs::discard(fs, dir, &[&crate::fs::temporary_path(dir, &name)]);
+        return Err(error);
+    }
+    let (file, len, _) = segment::open_start(fs, &segment.path, writable)?;
+    *segment = Arc::new(Segment::new(
+        segment.path.clone(),
+        file,
+        segment.header,
+        len,
+    ));
+    Ok(())
+}
+
 /// Syncs the active segment before anything is read from it.
 ///
 /// A killed process may have left the segment's last records in the page
@@ -648,21 +733,21 @@ fn sync_active(
         %error,
         "syncing the active segment failed; rewriting it from what reads still see"
     );
-    let name = segment::segment_name(active.id);
     let copied = active
         .file
         .len()
         .map_err(|e| Error::io(format!("reading length of {}", path.display()), e))
-        .and_then(|len| crate::fs::install_copy(fs, dir, &name, &*active.file, len));
+        .and_then(|len| replace_with_copy(fs, dir, active, len, true));
     if let Err(copy) = copied {
-        crate::fs::discard(fs, dir, &[&crate::fs::temporary_path(dir, &name)]);
         tracing::error!(%copy, "rewriting the active segment failed");
         return Err(error);
     }
-    let (file, len, _) = segment::open_start(fs, &path, true)?;
-    *active = Arc::new(Segment::new(path, file, active.header, len));
     report.rewritten_segments += 1;
-    tracing::info!(file = %active.path.display(), len, "rewrote the active segment");
+    tracing::info!(
+        file = %active.path.display(),
+        len = active.len_bytes.load(Ordering::Relaxed),
+        "rewrote the active segment"
+    );
     Ok(())
 }
 

@@ -67,6 +67,17 @@ fn check(args: CheckArgs) -> ExitCode {
             file.display()
         );
     }
+    for (file, from, damage) in &report.unsynced_tails {
+        let damage = damage
+            .map(|offset| format!(", damaged from offset {offset}"))
+            .unwrap_or_default();
+        println!(
+            "unsynced tail: {} from offset {from}{damage} (a sync failed before the server \
+             stopped; the next start rewrites the segment up to its first damage past that \
+             offset)",
+            file.display()
+        );
+    }
     for file in &report.unfinished {
         println!(
             "unfinished: {} (a segment a crash cut short before its header reached the disk; \
