@@ -21,7 +21,7 @@
 # Settings (environment variables, defaults in brackets):
 #   DURATION [10m]          length of the overwrite phase (larder bench -d syntax)
 #   INTERVAL [10s]          larder bench --interval
-#   SAMPLE_INTERVAL [10s]   time between disk and stats samples (seconds, or
+#   SAMPLE_INTERVAL [1s]    time between disk and stats samples (seconds, or
 #                           with an ms/s/m suffix)
 #   KEYS [1000000]          distinct keys, all preloaded, all overwritten
 #   VALUE_SIZE [100]        value bytes
@@ -58,7 +58,7 @@ SCRIPT_ARGS=("$0" "$@")
 
 DURATION="${DURATION:-10m}"
 INTERVAL="${INTERVAL:-10s}"
-SAMPLE_INTERVAL="${SAMPLE_INTERVAL:-10s}"
+SAMPLE_INTERVAL="${SAMPLE_INTERVAL:-1s}"
 KEYS="${KEYS:-1000000}"
 VALUE_SIZE="${VALUE_SIZE:-100}"
 CONNS="${CONNS:-50}"
