@@ -102,7 +102,7 @@ pub fn compactor_loop(inner: &Inner) {
         });
         // Apart, so that a merge that keeps failing holds up neither the
         // pass nor space relief.
-        let merged = merge_small_groups(inner).map_or_else(
+        let merged = merge_small(inner).map_or_else(
             |error| {
                 tracing::error!(%error, "merging small segments failed; retrying later");
                 0
@@ -155,42 +155,32 @@ fn install_hint(inner: &Inner, segment: &Segment, bytes: Vec<u8>) -> Result<()> 
     Ok(())
 }
 
+/// What a pass did.
+#[derive(Default)]
+pub(crate) struct Compacted {
+    /// Segments compacted.
+    pub(crate) segments: usize,
+    /// Bytes of the segments removed less the bytes of their copies.
+    freed_bytes: u64,
+    /// The first failure to delete a compacted group's files (each is
+    /// deleted at once instead, or left to the next open). The pass goes
+    /// on; [`Engine::compact_now`](crate::Engine::compact_now) reports it.
+    pub(crate) unfreed: Option<Error>,
+}
+
 /// One pass: copies abandoned outputs again ([`recopy_abandoned`]), then
 /// compacts every sealed segment (with a hint, and not kept for an
 /// abandoned output) whose dead ratio is at least `dead_ratio_min`, most
-/// dead first (small segments are merged apart: [`merge_small`]). Returns how many of those were compacted; an error if
-/// either part failed.
+/// dead first (small segments are merged apart: [`merge_small`]). Returns
+/// what it compacted; an error if either part failed (a failure to delete
+/// a compacted group's files is in [`Compacted::unfreed`] instead).
 ///
 /// The candidates are compacted in groups of at most a quarter segment of
 /// live bytes and at most a segment of input (or one whole candidate), and
 /// each group's inputs are removed as soon as its output is durable: the
 /// extra disk a pass needs is one group's output, which is no larger than
 /// its input, not the live data of every candidate at once.
-pub fn compact_pass(inner: &Inner, dead_ratio_min: f64) -> Result<usize> {
-    compact(inner, dead_ratio_min)?.reported()
-}
-
-/// What a pass did.
-#[derive(Default)]
-struct Compacted {
-    /// Segments compacted.
-    segments: usize,
-    /// Bytes of the segments removed less the bytes of their copies.
-    freed_bytes: u64,
-    /// The first failure to delete a compacted group's files (each is
-    /// deleted at once instead, or left to the next open). The pass goes
-    /// on; [`Engine::compact_now`](crate::Engine::compact_now) reports it.
-    unfreed: Option<Error>,
-}
-
-impl Compacted {
-    /// The segments compacted, or the deletion failure.
-    fn reported(self) -> Result<usize> {
-        self.unfreed.map_or(Ok(self.segments), Err)
-    }
-}
-
-fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
+pub(crate) fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let recopied = recopy_abandoned(inner);
     let done = compact_groups(inner, candidates(inner, dead_ratio_min))?;
@@ -205,12 +195,8 @@ fn compact(inner: &Inner, dead_ratio_min: f64) -> Result<Compacted> {
 /// segment, and at most `SMALL_SEGMENTS_MAX - 1` small segments per tier
 /// stay. Segments past the small limit are not merged: a server whose runs
 /// each write more than that keeps a segment per run, bounded by its live
-/// data rather than by its restarts. Returns how many segments it merged.
-pub fn merge_small(inner: &Inner) -> Result<usize> {
-    merge_small_groups(inner)?.reported()
-}
-
-fn merge_small_groups(inner: &Inner) -> Result<Compacted> {
+/// data rather than by its restarts. Returns what it merged.
+pub(crate) fn merge_small(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let small_max = u64::from(inner.config.segment_bytes_max) / SMALL_SEGMENT_FRACTION;
     let mut tiers: std::collections::BTreeMap<u32, Vec<Arc<Segment>>> = Default::default();
@@ -268,8 +254,11 @@ pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
 /// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    let all = inner.segments.all();
-    let live: u64 = all
+    // Not kept past the sum: a pass holding every segment would keep the
+    // files of each group it compacts until it ends (see `compact_groups`).
+    let live: u64 = inner
+        .segments
+        .all()
         .iter()
         .map(|s| {
             s.live_bytes.load(Ordering::Relaxed) + s.tombstone_bytes_kept.load(Ordering::Relaxed)
@@ -332,7 +321,7 @@ fn candidates(inner: &Inner, dead_ratio_min: f64) -> Vec<Arc<Segment>> {
     candidates
 }
 
-/// Compacts `candidates` in groups (see [`compact_pass`]). Live bytes
+/// Compacts `candidates` in groups (see [`compact`]). Live bytes
 /// alone do not bound a group: kept tombstones are copied too.
 fn compact_groups(inner: &Inner, candidates: Vec<Arc<Segment>>) -> Result<Compacted> {
     let mut done = Compacted::default();
@@ -364,8 +353,9 @@ fn compact_groups(inner: &Inner, candidates: Vec<Arc<Segment>>) -> Result<Compac
         // Free the group's files before the next group's output grows:
         // left to the end of the pass, every group's inputs stayed on disk
         // beside the outputs (Experiment D, 2026-11-27: 64 MiB beside a
-        // pass's outputs, the disk at 2.03x the live data). A failure is
-        // retried before the next pass.
+        // pass's outputs, the disk at 2.03x the live data). A file that
+        // cannot be cut is deleted at once; one that cannot be deleted
+        // either is left to the next open.
         if let Err(error) = release_removed(inner) {
             tracing::warn!(%error, "freeing the files of compacted segments");
             done.unfreed.get_or_insert(error);

@@ -345,10 +345,14 @@ impl Engine {
     /// what is left).
     pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
         crate::compaction::write_pending_hints(&self.inner)?;
-        let compacted = crate::compaction::compact_pass(&self.inner, dead_ratio_min)?;
+        let compacted = crate::compaction::compact(&self.inner, dead_ratio_min)?;
         let merged = crate::compaction::merge_small(&self.inner)?;
-        crate::compaction::release_removed(&self.inner)?;
-        Ok(compacted + merged)
+        let released = crate::compaction::release_removed(&self.inner);
+        if let Some(unfreed) = compacted.unfreed.or(merged.unfreed) {
+            return Err(unfreed);
+        }
+        released?;
+        Ok(compacted.segments + merged.segments)
     }
 
     /// Runs the maintenance work (delayed flushes, reclaiming flushed and
