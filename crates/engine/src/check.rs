@@ -41,15 +41,29 @@ pub struct CheckReport {
     /// after a crash mid-write. Damage in that segment with intact records
     /// after it is in `damage` instead: the next start refuses it.
     pub torn_tail: Option<(PathBuf, u64)>,
-    /// Segments whose sync failed before the process stopped, with the
-    /// offset from which their bytes are unsure and the first damage found
-    /// past it, if any (see [`crate::unsynced`]): damage there is not in
-    /// `damage`, since the next start rewrites the segment up to it.
-    pub unsynced_tails: Vec<(PathBuf, u64, Option<u64>)>,
+    /// Segments whose sync failed before the process stopped (see
+    /// [`crate::unsynced`]): damage past the mark is not in `damage`, since
+    /// the next start cuts the segment there.
+    pub unsynced_tails: Vec<UnsyncedTail>,
     /// A newest segment whose creation a crash cut short before its header
     /// reached the disk: it holds no records, and the next start removes it
     /// (see [`segment::creation_cut_short`]).
     pub unfinished: Vec<PathBuf>,
+}
+
+/// A segment whose sync failed before the process stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsyncedTail {
+    /// The segment file.
+    pub file: PathBuf,
+    /// Where its unsure bytes begin.
+    pub from: u64,
+    /// Whether everything from `from` on is in a newer segment: the next
+    /// start then cuts the segment at `from`; otherwise at its first damage
+    /// past `from`, rewriting what reads see up to there.
+    pub copied: bool,
+    /// The first damage past `from`, if any.
+    pub damaged: Option<u64>,
 }
 
 /// Checks every segment and hint file in `dir`.
@@ -142,7 +156,12 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
             .map(|d| d.offset)
             .min();
         report.damage.retain(|damage| !past(damage));
-        report.unsynced_tails.push((path, from, first));
+        report.unsynced_tails.push(UnsyncedTail {
+            file: path,
+            from,
+            copied: marker.copied,
+            damaged: first,
+        });
     }
     for &id in &hint_ids {
         let path = join(dir, &segment::hint_name(id));
@@ -611,10 +630,13 @@ mod tests {
         fs.corrupt(path, mark + record_len + 33, 0x01).unwrap();
         let report = check(&fs, dir).unwrap();
         assert!(report.damage.is_empty(), "{:?}", report.damage);
-        assert_eq!(
-            report.unsynced_tails,
-            vec![(path.to_owned(), mark, Some(mark + record_len))]
-        );
+        let tail = UnsyncedTail {
+            file: path.to_owned(),
+            from: mark,
+            copied: false,
+            damaged: Some(mark + record_len),
+        };
+        assert_eq!(report.unsynced_tails, vec![tail]);
         fs.corrupt(path, mark - record_len + 33, 0x01).unwrap();
         let report = check(&fs, dir).unwrap();
         assert_eq!(report.damage.len(), 1, "{:?}", report.damage);

@@ -688,7 +688,7 @@ impl Log {
             std::cmp::Ordering::Equal => (synced & u64::from(u32::MAX)).max(header),
             std::cmp::Ordering::Less => header,
         };
-        if let Err(error) = crate::unsynced::mark(&*self.fs, &self.dir, segment.id, from) {
+        if let Err(error) = crate::unsynced::note_failure(&*self.fs, &self.dir, segment.id, from) {
             tracing::warn!(%error, "marking the segment whose sync failed");
         }
     }
@@ -1081,25 +1081,20 @@ impl Log {
     /// lost any page written since the last good one, so: mark the active
     /// segment's bytes from that point as unsure, durably (see
     /// [`crate::unsynced`]); write every record since then (kept in the
-    /// buffer) to a new segment and sync it; mark the old segment copied;
-    /// then cut it back to that point and remove the marker. On success
-    /// returns where each put moved and the position now synced; the caller
-    /// points the keydir at the copies and then calls [`Log::resume`] with
-    /// that position. On failure the old segment is still marked, and
-    /// writes stay refused; try again later.
+    /// buffer) to a new segment and sync it; then settle the old segment
+    /// ([`Log::settle_healed`]). On success returns where each put moved and
+    /// the position now synced; the caller points the keydir at the copies
+    /// and then calls [`Log::resume`] with that position. On failure the old
+    /// segment is as it was, marked, the copy is removed, and writes stay
+    /// refused; try again later.
     ///
     /// The copy comes before the cut: a process killed in between leaves
     /// every record in one file or the other, and the marker tells the next
-    /// open which (see [`crate::recovery`]). Once the copy is durable, heal
-    /// succeeds if the old segment is either marked copied (the next open
-    /// cuts it at the mark) or cut back.
+    /// open which (see [`crate::recovery`]).
     pub fn heal(&self) -> Result<(Vec<Moved>, u64)> {
         let mut state = self.state.lock();
         let old = Arc::clone(&state.active);
         let base = state.base;
-        let io = |what: &str, path: &std::path::Path, e| {
-            Error::io(format!("{what} {}", path.display()), e)
-        };
         crate::unsynced::mark(&*self.fs, &self.dir, old.id, base)?;
         let header = self.next_segment_header()?;
         let new = create_segment(&*self.fs, &self.dir, header)?;
@@ -1110,40 +1105,10 @@ impl Log {
             .and_then(|()| new.file.sync_data());
         if let Err(error) = copied {
             crate::fs::discard(&*self.fs, &self.dir, &[&new.path]);
-            return Err(io("copying the unsynced records to", &new.path, error));
+            let what = format!("copying the unsynced records to {}", new.path.display());
+            return Err(Error::io(what, error));
         }
-        // The copy is durable. The old tail must not outlive this run but
-        // marked copied (the next open cuts it) or cut: left on disk past
-        // the length its hint describes, a put in it could come back after
-        // compaction dropped the tombstone that hid it.
-        let marked = crate::unsynced::mark_copied(&*self.fs, &self.dir, old.id, base);
-        if marked.is_err() {
-            let name = crate::unsynced::marker_name(old.id);
-            crate::fs::discard(&*self.fs, &self.dir, &[&temporary_path(&self.dir, &name)]);
-        }
-        let shortened = old.file.set_len(base);
-        if shortened.is_ok() {
-            state.written = base;
-        }
-        let cut = shortened
-            .and_then(|()| old.file.sync_data())
-            .map_err(|e| io("cutting back", &old.path, e));
-        match (marked, cut) {
-            (_, Ok(())) => {
-                if let Err(error) = crate::unsynced::unmark(&*self.fs, &self.dir, old.id) {
-                    tracing::warn!(%error, "healed; the next open removes the marker");
-                }
-            }
-            (Ok(()), Err(error)) => {
-                tracing::warn!(%error, "healed; the next open cuts the old segment back");
-            }
-            (Err(error), Err(_)) => {
-                // The marker may say copied: the copy stays, unused this
-                // run; the next open reads it (its records are the old
-                // tail's, which it resolves by seq).
-                return Err(error);
-            }
-        }
+        self.settle_healed(&old, base);
         let moved = moved_records(&state.buffer, &old, base, &new, start);
         let end = start + state.buffer.len() as u64;
         old.len_bytes.store(base, Ordering::Release);
@@ -1165,6 +1130,37 @@ impl Log {
         let synced = lsn(state.active.id, end);
         self.written_lsn.fetch_max(synced, Ordering::Release);
         Ok((moved, synced))
+    }
+
+    /// After [`Log::heal`] made the copy of `old`'s records from `base` on
+    /// durable: marks `old` copied (the next open cuts it at the mark), cuts
+    /// it back to `base`, and removes the marker, as far as the disk
+    /// allows. Where neither the mark nor the cut holds, the tail stays on
+    /// disk past the segment's length, under a marker that may or may not
+    /// say copied, until the next open settles it: `old` is flagged so that
+    /// the tombstone check, which its hint cannot serve for the tail, keeps
+    /// every tombstone a put there might need.
+    fn settle_healed(&self, old: &Segment, base: u64) {
+        let marked = crate::unsynced::mark_copied(&*self.fs, &self.dir, old.id, base);
+        if marked.is_err() {
+            let name = crate::unsynced::marker_name(old.id);
+            crate::fs::discard(&*self.fs, &self.dir, &[&temporary_path(&self.dir, &name)]);
+        }
+        let cut = old.file.set_len(base).and_then(|()| old.file.sync_data());
+        let error = match (cut, marked) {
+            (Ok(()), _) => match crate::unsynced::unmark(&*self.fs, &self.dir, old.id) {
+                Ok(()) => return,
+                Err(error) => error,
+            },
+            (Err(error), Ok(())) => {
+                Error::io(format!("cutting back {}", old.path.display()), error)
+            }
+            (Err(_), Err(error)) => {
+                old.unsure_tail.store(true, Ordering::Release);
+                error
+            }
+        };
+        tracing::warn!(%error, file = %old.path.display(), "healed; the next open settles the old segment");
     }
 
     /// Accepts writes again after [`Log::heal`] succeeded and the keydir

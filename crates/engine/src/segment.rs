@@ -212,6 +212,11 @@ pub struct Segment {
     pub sealed: AtomicBool,
     /// A hint file describes it.
     pub has_hint: AtomicBool,
+    /// Past its length, the file may still hold records a failed sync left
+    /// unsure, which the next open settles (see [`crate::unsynced`]): its
+    /// hint does not describe them, so the tombstone check counts it as
+    /// unread.
+    pub unsure_tail: AtomicBool,
     /// Bytes of the tombstones compaction copied here because an older put
     /// of their key was still on disk (see [`crate::tombstones`]): neither
     /// live nor dead, so that a segment of such tombstones is not compacted
@@ -246,6 +251,7 @@ impl Segment {
             min_seq: AtomicU64::new(u64::MAX),
             sealed: AtomicBool::new(false),
             has_hint: AtomicBool::new(false),
+            unsure_tail: AtomicBool::new(false),
             tombstone_bytes_kept: AtomicU64::new(0),
             tombstones: Mutex::new(KeptTombstones::default()),
         }

@@ -136,7 +136,9 @@ pub(crate) fn gather(inner: &Inner, group: &[Arc<Segment>], output: u32) -> Resu
         };
         let read = match in_group {
             true => read_group_member(inner, segment, note).map(|()| true)?,
-            false => read_from_hint(inner, segment, note),
+            false => {
+                read_from_hint(inner, segment, note) && !segment.unsure_tail.load(Ordering::Acquire)
+            }
         };
         if !read {
             gathered.unread.push((segment.id, min_seq));

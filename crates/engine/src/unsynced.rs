@@ -16,16 +16,19 @@
 //! kill even when the disk cannot sync it). Heal makes it durable before it
 //! writes the copy to a new segment; once the copy is durable it marks the
 //! segment *copied*, then cuts it back to its last good sync and removes
-//! the marker. Open (see [`crate::recovery`]) cuts a segment marked copied
+//! the marker (where neither the mark nor the cut holds, the segment keeps
+//! its tail and the marker until the next open, and the tombstone check
+//! counts it as unread meanwhile: see [`crate::segment::Segment::unsure_tail`]).
+//! Open (see [`crate::recovery`]) cuts a segment marked copied
 //! at the mark: everything past it is in the copy. It rewrites a segment
 //! marked but not copied whole, as reads see it, up to the first damage
 //! past the mark (a partial copy may hold some of the same records too:
 //! recovery resolves by seq). Either way it then removes the marker.
 //!
-//! Who writes and reads markers: [`mark`] runs on whichever thread saw the
-//! sync fail (the log's sync thread, or a request thread rotating the log)
-//! and on the maintenance thread that heals, as do [`mark_copied`] and
-//! [`unmark`]; [`unmark`] also runs on the opening thread, and
+//! Who writes and reads markers: [`note_failure`] runs on whichever thread
+//! saw the sync fail (the log's sync thread, or a request thread rotating
+//! the log); [`mark`], [`mark_copied`] and [`unmark`] on the maintenance
+//! thread that heals; [`unmark`] also on the opening thread, and
 //! [`read_markers`] there and in `larder check`.
 //!
 //! Byte map (little-endian): magic `LARDTAIL` (8 bytes), format version (2,
@@ -97,32 +100,47 @@ fn read_marker(id: u32, bytes: &[u8]) -> Marker {
     }
 }
 
-/// Marks segment `id`'s bytes from `from` on as having gone through a
-/// failed sync, durably: the marker is written and synced, and so is the
-/// directory. A marker already there that decodes is kept: it was written
-/// at the segment's first failed sync, and no sync of the segment has
-/// counted since, so its offset is the one that matters. On failure the
-/// marker may still be there, in the page cache at least.
-pub(crate) fn mark(fs: &dyn Fs, dir: &Path, id: u32, from: u64) -> Result<()> {
+/// Notes at a failed sync that segment `id`'s bytes from `from` on are
+/// unsure: writes the marker under its own name, unless one is there that
+/// decodes (it was written at the segment's first failed sync, and no sync
+/// of the segment has counted since, so its offset is the one that
+/// matters), and tries to sync it and the directory. The kernel keeps the
+/// marker through a kill even when the disk can sync nothing; [`mark`]
+/// makes it durable.
+pub(crate) fn note_failure(fs: &dyn Fs, dir: &Path, id: u32, from: u64) -> Result<()> {
     let path = join(dir, &marker_name(id));
     let io = |what: &str, e| Error::io(format!("{what} {}", path.display()), e);
-    let kept = match crate::fs::read_all(fs, &path) {
-        Ok(bytes) => decode(&bytes).is_some(),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
-        Err(error) => return Err(io("reading", error)),
-    };
-    let file = if kept {
-        fs.open(&path, true).map_err(|e| io("opening", e))?
-    } else {
-        let _ = fs.remove(&path);
-        let file = fs.create(&path).map_err(|e| io("creating", e))?;
-        file.write_all_at(&encode(from, false), 0)
-            .map_err(|e| io("writing", e))?;
-        file
-    };
+    if existing_offset(fs, &path)?.is_some() {
+        return Ok(());
+    }
+    let _ = fs.remove(&path);
+    let file = fs.create(&path).map_err(|e| io("creating", e))?;
+    file.write_all_at(&encode(from, false), 0)
+        .map_err(|e| io("writing", e))?;
     file.sync_data().map_err(|e| io("syncing", e))?;
     fs.sync_dir(dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Marks segment `id`'s bytes from `from` on (or from the offset a marker
+/// already there names, as [`note_failure`] keeps it) as unsure, durably:
+/// written afresh under a temporary name, synced and renamed over the
+/// marker, and the directory synced. Not a sync of the marker already
+/// there, which may be the file whose sync failed: a later sync of it can
+/// succeed without its bytes.
+pub(crate) fn mark(fs: &dyn Fs, dir: &Path, id: u32, from: u64) -> Result<()> {
+    let name = marker_name(id);
+    let from = existing_offset(fs, &join(dir, &name))?.unwrap_or(from);
+    crate::fs::install(fs, dir, &name, &encode(from, false))
+}
+
+/// The offset the marker at `path` names, if it is there and decodes.
+fn existing_offset(fs: &dyn Fs, path: &Path) -> Result<Option<u64>> {
+    match crate::fs::read_all(fs, path) {
+        Ok(bytes) => Ok(decode(&bytes).map(|(from, _)| from)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(Error::io(format!("reading {}", path.display()), error)),
+    }
 }
 
 /// Marks segment `id` copied from `from` on, durably and whole or not at
@@ -195,7 +213,7 @@ mod tests {
         let dir = Path::new("/d");
         fs.create_dir_all(dir).unwrap();
         fs.write_file(&join(dir, &marker_name(7)), b"").unwrap();
-        mark(&fs, dir, 7, 1000).unwrap();
+        note_failure(&fs, dir, 7, 1000).unwrap();
         let names = fs.list(dir).unwrap();
         assert_eq!(
             read_markers(&fs, dir, &names).unwrap(),
@@ -208,8 +226,9 @@ mod tests {
         let fs = MemFs::new();
         let dir = Path::new("/d");
         fs.create_dir_all(dir).unwrap();
-        mark(&fs, dir, 7, 1000).unwrap();
-        mark(&fs, dir, 7, 5000).unwrap();
+        note_failure(&fs, dir, 7, 1000).unwrap();
+        note_failure(&fs, dir, 7, 5000).unwrap();
+        mark(&fs, dir, 7, 6000).unwrap();
         mark(&fs, dir, 9, 64).unwrap();
         let names = fs.list(dir).unwrap();
         assert_eq!(

@@ -67,15 +67,20 @@ fn check(args: CheckArgs) -> ExitCode {
             file.display()
         );
     }
-    for (file, from, damage) in &report.unsynced_tails {
-        let damage = damage
-            .map(|offset| format!(", damaged from offset {offset}"))
-            .unwrap_or_default();
+    for tail in &report.unsynced_tails {
+        let settled = if tail.copied {
+            "its records from there on are in a newer segment, and the next start cuts it there"
+                .to_string()
+        } else {
+            let end = tail.damaged.map_or("its end".to_string(), |offset| {
+                format!("the damage at offset {offset}")
+            });
+            format!("the next start rewrites it as it reads up to {end}")
+        };
         println!(
-            "unsynced tail: {} from offset {from}{damage} (a sync failed before the server \
-             stopped; the next start rewrites the segment up to its first damage past that \
-             offset)",
-            file.display()
+            "unsynced tail: {} from offset {} (a sync failed before the server stopped; {settled})",
+            tail.file.display(),
+            tail.from
         );
     }
     for file in &report.unfinished {
