@@ -183,27 +183,17 @@ fn assert_loaded_then_overwritten(engine: &larder_engine::Engine, keys: usize) {
 fn space_is_reclaimed_below_the_threshold_when_files_reach_one_and_a_half_times_live() {
     let fs = MemFs::new();
     let clock = Clock::system();
-    let mut config = config(Durability::None);
-    config.segment_bytes_max = 16 << 10;
-    config.compaction_dead_ratio_min = 0.9;
+    let mut config = relief_config();
     let engine = open(&fs, &config, &clock);
     let keys = 2000;
     load_then_overwrite_most(&engine, keys);
     // 60% of every loaded segment is now dead: below the 0.9 threshold.
-    let amplification = |engine: &larder_engine::Engine| {
-        let stats = engine.stats();
-        stats.disk_bytes as f64 / stats.live_bytes as f64
-    };
     assert!(amplification(&engine) > 1.55, "{}", amplification(&engine));
     engine.close().unwrap();
 
     config.background_threads = true;
     let engine = open(&fs, &config, &clock);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while amplification(&engine) > 1.5 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(amplification(&engine) <= 1.5, "{}", amplification(&engine));
+    wait_for_space_relief(&engine);
     assert!(engine.stats().compactions > 0);
     assert_loaded_then_overwritten(&engine, keys);
 }
@@ -215,9 +205,7 @@ fn space_is_reclaimed_below_the_threshold_when_files_reach_one_and_a_half_times_
 fn space_relief_frees_each_groups_files_before_the_next_group() {
     let fs = MemFs::new();
     let clock = Clock::system();
-    let mut config = config(Durability::None);
-    config.segment_bytes_max = 16 << 10;
-    config.compaction_dead_ratio_min = 0.9;
+    let mut config = relief_config();
     let engine = open(&fs, &config, &clock);
     let keys = 2000;
     let overwritten = |key: usize| key % 10 < 8;
@@ -236,15 +224,7 @@ fn space_relief_frees_each_groups_files_before_the_next_group() {
     config.background_threads = true;
     let removed_seen = removed_files_seen_at_each_sync(&fs, &config);
     let engine = open(&fs, &config, &clock);
-    let amplification = || {
-        let stats = engine.stats();
-        stats.disk_bytes as f64 / stats.live_bytes as f64
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while amplification() > 1.5 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(amplification() <= 1.5, "{}", amplification());
+    wait_for_space_relief(&engine);
     let groups = engine.stats().compactions;
     assert!(groups >= 5, "{groups} groups");
     // A segment and its hint, and perhaps those of the group before, held
@@ -256,6 +236,31 @@ fn space_relief_frees_each_groups_files_before_the_next_group() {
         let found = value(&engine, format!("key{key}").as_bytes()).unwrap();
         assert_eq!(found, round_value(key, round), "key{key}");
     }
+}
+
+/// Small segments, and a dead-ratio threshold (0.9) that leaves segments
+/// 60% or 80% dead to space relief.
+fn relief_config() -> larder_engine::Config {
+    let mut config = config(Durability::None);
+    config.segment_bytes_max = 16 << 10;
+    config.compaction_dead_ratio_min = 0.9;
+    config
+}
+
+/// The files' bytes over the live bytes.
+fn amplification(engine: &larder_engine::Engine) -> f64 {
+    let stats = engine.stats();
+    stats.disk_bytes as f64 / stats.live_bytes as f64
+}
+
+/// Waits (up to 20 s: a synchronisation, not a speed check) for the
+/// background compactor to bring the files down to 1.5x the live bytes.
+fn wait_for_space_relief(engine: &larder_engine::Engine) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while amplification(engine) > 1.5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(amplification(engine) <= 1.5, "{}", amplification(engine));
 }
 
 /// Records, at each `fdatasync` on `fs`, how many removed segment and hint

@@ -174,16 +174,8 @@ fn a_kill_while_the_log_heals_then_a_power_cut_after_the_restart_loses_nothing()
         FaultKind::NoSpace,
         FaultKind::EioOnRemove,
     ] {
-        let failed = at_each_failure_point_of_the_heal(fault, |healed| {
-            let Healed {
-                fs,
-                clock,
-                config,
-                engine,
-                what,
-                ..
-            } = healed;
-            kill_restart_and_cut_the_power(&fs, &config, &clock, engine, &what);
+        let failed = at_each_failure_point_of_the_heal(fault, |h| {
+            kill_restart_and_cut_the_power(&h.fs, &h.config, &h.clock, h.engine, &h.what);
         });
         // Removing the marker is the heal's last step, and its failure
         // leaves the marker for the next open: the heal succeeds.
@@ -203,24 +195,16 @@ fn a_kill_while_the_log_heals_then_a_power_cut_after_the_restart_loses_nothing()
 fn a_power_cut_while_the_log_heals_leaves_a_directory_that_opens_with_every_synced_key() {
     for fault in [FaultKind::Eio, FaultKind::EioOnSync, FaultKind::NoSpace] {
         let mut seed = 0;
-        let failed = at_each_failure_point_of_the_heal(fault, |healed| {
-            let Healed {
-                fs,
-                clock,
-                config,
-                engine,
-                what,
-                healed,
-            } = healed;
+        let failed = at_each_failure_point_of_the_heal(fault, |h| {
             seed += 1;
-            fs.power_cut(Some(seed));
-            let engine = reopen(&fs, &config, &clock, Some(engine));
+            h.fs.power_cut(Some(seed));
+            let engine = reopen(&h.fs, &h.config, &h.clock, Some(h.engine));
             let found = contents(&engine, &keys(ALL));
             for key in keys(SYNCED) {
-                assert!(found.contains_key(&key), "{what}: {key:?}");
+                assert!(found.contains_key(&key), "{}: {key:?}", h.what);
             }
-            if healed {
-                assert_eq!(found.len(), ALL, "{what}");
+            if h.healed {
+                assert_eq!(found.len(), ALL, "{}", h.what);
             }
         });
         assert!(failed >= 1, "{fault:?} never failed the heal");
