@@ -142,7 +142,7 @@ pub fn check(fs: &dyn Fs, dir: &Path) -> Result<CheckReport> {
             ));
         }
     }
-    for marker in crate::unsynced::read_markers(fs, dir, &names)? {
+    for marker in crate::unsynced::read_markers(fs, dir, &names) {
         let (id, from) = (marker.id, marker.from);
         let path = join(dir, &segment::segment_name(id));
         if !segment_ids.contains(&id) {

@@ -291,8 +291,9 @@ fn file_bytes(inner: &Inner) -> u64 {
         .sum()
 }
 
-/// Sealed segments with a hint, other than the active one and those kept
-/// for an abandoned output (see [`recopy_abandoned`]).
+/// Sealed segments with a hint, other than the active one, those kept for
+/// an abandoned output (see [`recopy_abandoned`]) and those with an unsure
+/// tail ([`Segment::unsure_tail`]).
 fn compactable(inner: &Inner) -> impl Iterator<Item = Arc<Segment>> {
     let active_id = inner.log.active_id();
     let kept: Vec<u32> = inner
@@ -309,6 +310,10 @@ fn compactable(inner: &Inner) -> impl Iterator<Item = Arc<Segment>> {
         .filter(move |s| s.id != active_id && s.sealed.load(Ordering::Acquire))
         .filter(move |s| !kept.contains(&s.id))
         .filter(|s| s.has_hint.load(Ordering::Acquire))
+        // Its hint does not describe the tail past its length: compacting
+        // it could drop a tombstone a put there needs, and a crash before
+        // the file went would bring the put back.
+        .filter(|s| !s.unsure_tail.load(Ordering::Acquire))
 }
 
 /// Compactable segments at least `dead_ratio_min` dead, most dead first.

@@ -345,9 +345,10 @@ impl Engine {
     /// what is left).
     pub fn compact_now(&self, dead_ratio_min: f64) -> Result<usize> {
         crate::compaction::write_pending_hints(&self.inner)?;
-        let compacted = crate::compaction::compact(&self.inner, dead_ratio_min)?;
-        let merged = crate::compaction::merge_small(&self.inner)?;
+        let compacted = crate::compaction::compact(&self.inner, dead_ratio_min);
+        let merged = crate::compaction::merge_small(&self.inner);
         let released = crate::compaction::release_removed(&self.inner);
+        let (compacted, merged) = (compacted?, merged?);
         if let Some(unfreed) = compacted.unfreed.or(merged.unfreed) {
             return Err(unfreed);
         }

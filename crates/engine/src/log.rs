@@ -248,6 +248,10 @@ struct LogState {
     /// Whether an append has asked the sync thread to reserve more and it
     /// has not yet done so.
     reserve_asked: bool,
+    /// Copies a failed [`Log::heal`] could not remove: segment files the
+    /// log does not know, whose puts the tombstone check would not see. No
+    /// heal succeeds until they are gone.
+    stray_copies: Vec<std::path::PathBuf>,
 }
 
 struct SyncState {
@@ -368,6 +372,7 @@ impl Log {
                 reserved: 0,
                 reservable: true,
                 reserve_asked: false,
+                stray_copies: Vec::new(),
             }),
             written_lsn: AtomicU64::new(position),
             synced_lsn: CachePadded::new(AtomicU64::new(position)),
@@ -1096,6 +1101,7 @@ impl Log {
         let old = Arc::clone(&state.active);
         let base = state.base;
         crate::unsynced::mark(&*self.fs, &self.dir, old.id, base)?;
+        self.remove_stray_copies(&mut state)?;
         let header = self.next_segment_header()?;
         let new = create_segment(&*self.fs, &self.dir, header)?;
         let start = u64::from(segment::HEADER_BYTES);
@@ -1104,7 +1110,8 @@ impl Log {
             .write_all_at(&state.buffer, start)
             .and_then(|()| new.file.sync_data());
         if let Err(error) = copied {
-            crate::fs::discard(&*self.fs, &self.dir, &[&new.path]);
+            state.stray_copies.push(new.path.clone());
+            let _ = self.remove_stray_copies(&mut state);
             let what = format!("copying the unsynced records to {}", new.path.display());
             return Err(Error::io(what, error));
         }
@@ -1132,6 +1139,33 @@ impl Log {
         Ok((moved, synced))
     }
 
+    /// Removes the copies earlier heals could not (see
+    /// [`LogState::stray_copies`]) and syncs the directory; fails, keeping
+    /// those left, if either fails.
+    fn remove_stray_copies(&self, state: &mut LogState) -> Result<()> {
+        if state.stray_copies.is_empty() {
+            return Ok(());
+        }
+        let mut first_error = None;
+        state
+            .stray_copies
+            .retain(|path| match self.fs.remove(path) {
+                Ok(()) => false,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+                Err(error) => {
+                    let what = format!("removing {}", path.display());
+                    first_error.get_or_insert(Error::io(what, error));
+                    true
+                }
+            });
+        if let Some(error) = first_error {
+            return Err(error);
+        }
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(|e| Error::io(format!("syncing directory {}", self.dir.display()), e))
+    }
+
     /// After [`Log::heal`] made the copy of `old`'s records from `base` on
     /// durable: marks `old` copied (the next open cuts it at the mark), cuts
     /// it back to `base`, and removes the marker, as far as the disk
@@ -1155,8 +1189,9 @@ impl Log {
             (Err(error), Ok(())) => {
                 Error::io(format!("cutting back {}", old.path.display()), error)
             }
-            (Err(_), Err(error)) => {
+            (Err(cut), Err(error)) => {
                 old.unsure_tail.store(true, Ordering::Release);
+                tracing::warn!(error = %cut, file = %old.path.display(), "cutting back");
                 error
             }
         };

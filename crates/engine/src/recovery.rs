@@ -641,7 +641,7 @@ fn rewrite_unsynced_tails(
         .rev()
         .find(|segment| segment.header.origin == Origin::Log)
         .map(|segment| segment.id);
-    for marker in crate::unsynced::read_markers(fs, dir, &names)? {
+    for marker in crate::unsynced::read_markers(fs, dir, &names) {
         let id = marker.id;
         if let Some(segment) = opened.iter_mut().find(|segment| segment.id == id) {
             let len = segment.len_bytes.load(Ordering::Relaxed);
