@@ -90,8 +90,12 @@ pub struct Config {
 }
 
 impl Config {
-    /// Default segment size: 64 MiB.
-    pub const SEGMENT_BYTES_MAX_DEFAULT: u32 = 64 << 20;
+    /// Default segment size: 32 MiB. Compacting a segment needs room for
+    /// its live records beside it until its output is durable, so the size
+    /// bounds how far above its usual level disk use rises meanwhile: with
+    /// 64 MiB, Experiment D (131.5 MiB live) peaked at 1.97x-2.02x of the
+    /// live data sampled every second, with 32 MiB at 1.81x.
+    pub const SEGMENT_BYTES_MAX_DEFAULT: u32 = 32 << 20;
     /// Default value cache: 1 GiB.
     pub const CACHE_BYTES_MAX_DEFAULT: u64 = 1 << 30;
     /// Default partition count: 256 (several per core on any machine).

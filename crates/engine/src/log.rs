@@ -69,7 +69,8 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// last good sync, which heal writes again to a new segment after a failed
 /// one. Under `none` too, where nothing else would bound it (the marks
 /// before the segment's limit, [`PRESYNC_AHEAD`], usually come first: with
-/// 64 MiB segments about 48 MiB is kept at most); there every append past
+/// 64 MiB segments about 48 MiB is kept at most, with the default 32 MiB
+/// about 16 MiB); there every append past
 /// this asks for the active segment's sync, unless writes are failing.
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
 /// How far before the active segment's size limit an append asks for a

@@ -31,8 +31,9 @@ pub struct ServerConfig {
     pub durability: Durability,
     /// Log verbosity (0 quiet, 1 info, 2 debug, 3 trace).
     pub verbose: u8,
-    /// Largest segment file, in bytes.
-    pub segment_bytes_max: u32,
+    /// Largest segment file, in bytes; `None` for the engine's default,
+    /// raised to fit the item size limit (see [`ServerConfig::segment_bytes`]).
+    pub segment_bytes_max: Option<u32>,
     /// How long a partly received request may wait for its next bytes
     /// before the connection is closed.
     pub partial_request_timeout: std::time::Duration,
@@ -55,7 +56,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("larder-data"),
             durability: Durability::EverySec,
             verbose: 0,
-            segment_bytes_max: larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT,
+            segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
             salvage: false,
         }
@@ -156,10 +157,16 @@ impl ConfigFile {
             config.verbose = verbose;
         }
         if let Some(segment) = self.segment_bytes_max {
-            config.segment_bytes_max = segment;
+            config.segment_bytes_max = Some(segment);
         }
         Ok(())
     }
+}
+
+/// The smallest segment that must hold an item of `max_item_size` bytes:
+/// the limit itself, up to 64 MiB.
+fn item_fitting_segment(max_item_size: usize) -> usize {
+    max_item_size.min(64 << 20)
 }
 
 /// Parses `always`, `everysec` or `none`.
@@ -224,13 +231,24 @@ impl ServerConfig {
                 timeout.end().as_millis()
             )));
         }
-        if (self.segment_bytes_max as usize) < self.max_item_size.min(64 << 20) {
+        if (self.segment_bytes() as usize) < item_fitting_segment(self.max_item_size) {
             return Err(ConfigError(format!(
                 "segment size {} is smaller than the item size limit",
-                self.segment_bytes_max
+                self.segment_bytes()
             )));
         }
         Ok(())
+    }
+
+    /// The largest segment file: as set, or the engine's default raised to
+    /// hold an item of the size limit (up to 64 MiB: a larger item may span
+    /// a segment of its own).
+    pub fn segment_bytes(&self) -> u32 {
+        self.segment_bytes_max.unwrap_or_else(|| {
+            let fitting =
+                u32::try_from(item_fitting_segment(self.max_item_size)).unwrap_or(u32::MAX);
+            larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT.max(fitting)
+        })
     }
 
     /// The engine configuration these settings imply.
@@ -238,7 +256,7 @@ impl ServerConfig {
         let mut config = larder_engine::Config::new(&self.data_dir);
         config.durability = self.durability;
         config.cache_bytes_max = self.memory_limit_mb.saturating_mul(1 << 20);
-        config.segment_bytes_max = self.segment_bytes_max;
+        config.segment_bytes_max = self.segment_bytes();
         config.value_bytes_max = u32::try_from(self.max_item_size).unwrap_or(u32::MAX);
         config.salvage = self.salvage;
         config
@@ -270,6 +288,27 @@ mod tests {
         assert_eq!(config.durability, Durability::Always);
         assert_eq!(config.max_item_size, 2 << 20);
         assert!(toml::from_str::<ConfigFile>("prot = 1").is_err());
+    }
+
+    #[test]
+    fn the_default_segment_size_grows_to_fit_the_item_size_limit_and_a_set_one_must_fit_it() {
+        let default = larder_engine::Config::SEGMENT_BYTES_MAX_DEFAULT;
+        let mut config = ServerConfig::default();
+        assert_eq!(config.segment_bytes(), default);
+        config.max_item_size = 48 << 20;
+        assert_eq!(config.segment_bytes(), 48 << 20);
+        assert!(config.validate().is_ok());
+        config.max_item_size = 512 << 20;
+        assert_eq!(config.segment_bytes(), 64 << 20);
+        assert!(config.validate().is_ok());
+        config.segment_bytes_max = Some(default);
+        let error = config.validate().unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("smaller than the item size limit"),
+            "{error}"
+        );
     }
 
     #[test]

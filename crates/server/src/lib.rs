@@ -223,7 +223,7 @@ const FILES_BESIDES_CONNECTIONS: u64 = 64;
 
 /// Raises the soft limit on open files to the hard limit, so that
 /// connections and segment files (one each, and a store grows by one per
-/// 64 MiB segment) do not run out of descriptors first; warns if the hard
+/// segment, 32 MiB by default) do not run out of descriptors first; warns if the hard
 /// limit is below `max_connections` plus [`FILES_BESIDES_CONNECTIONS`].
 fn make_room_for_connections(max_connections: usize) {
     let wanted = (max_connections as u64).saturating_add(FILES_BESIDES_CONNECTIONS);

@@ -426,7 +426,7 @@ impl ServerStats {
         write_stat_u64(
             out,
             b"larder_segment_bytes_max",
-            u64::from(config.segment_bytes_max),
+            u64::from(config.segment_bytes()),
         );
     }
 

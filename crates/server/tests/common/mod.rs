@@ -34,7 +34,7 @@ pub fn config(dir: &Path, durability: Durability) -> ServerConfig {
         memory_limit_mb: 64,
         data_dir: dir.to_path_buf(),
         durability,
-        segment_bytes_max: 16 << 20,
+        segment_bytes_max: Some(16 << 20),
         ..ServerConfig::default()
     }
 }
