@@ -31,7 +31,7 @@
 #   SERVER_THREADS [2]      larder serve -t
 #   MEMORY_MB [1024]        larder serve -m (value cache)
 #   SEGMENT_BYTES []        segment_bytes_max in a --config file; empty: the
-#                           server's default (64 MiB)
+#                           server's default (32 MiB)
 #   SEED [1]                larder bench --seed
 #   LARDER [target/release/larder]  the binary; when not given, the script
 #                           runs cargo build --release -p larder first

@@ -175,11 +175,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
     // unfinished segments, abandoned outputs) are made durable, all at once.
     fs.sync_dir(&dir)
         .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))?;
-    let active_id = opened
-        .iter()
-        .rev()
-        .find(|segment| segment.header.origin == Origin::Log)
-        .map(|segment| segment.id);
+    let active_id = newest_log_segment(&opened);
     if let Some(active) = active_id.and_then(|id| opened.iter_mut().find(|s| s.id == id)) {
         sync_active(&*fs, &dir, active, &mut report)?;
     }
@@ -524,6 +520,16 @@ fn reopen_active_writable(
     Ok(())
 }
 
+/// The id of the newest segment the log wrote (its active one when it
+/// stopped): not the newest file when a compaction output came after it.
+fn newest_log_segment(opened: &[Arc<Segment>]) -> Option<u32> {
+    opened
+        .iter()
+        .rev()
+        .find(|segment| segment.header.origin == Origin::Log)
+        .map(|segment| segment.id)
+}
+
 /// Removes a file; [`recover`] syncs the directory once every removal at
 /// open is made.
 fn remove_file(fs: &dyn Fs, path: &Path) -> Result<()> {
@@ -636,11 +642,7 @@ fn rewrite_unsynced_tails(
     let names = fs
         .list(dir)
         .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-    let active = opened
-        .iter()
-        .rev()
-        .find(|segment| segment.header.origin == Origin::Log)
-        .map(|segment| segment.id);
+    let active = newest_log_segment(opened);
     for marker in crate::unsynced::read_markers(fs, dir, &names) {
         let id = marker.id;
         if let Some(segment) = opened.iter_mut().find(|segment| segment.id == id) {
