@@ -1177,10 +1177,6 @@ impl Log {
     /// every tombstone a put there might need.
     fn settle_healed(&self, old: &Segment, base: u64) {
         let marked = crate::unsynced::mark_copied(&*self.fs, &self.dir, old.id, base);
-        if marked.is_err() {
-            let name = crate::unsynced::marker_name(old.id);
-            crate::fs::discard(&*self.fs, &self.dir, &[&temporary_path(&self.dir, &name)]);
-        }
         let cut = old.file.set_len(base).and_then(|()| old.file.sync_data());
         let error = match (cut, marked) {
             (Ok(()), _) => match crate::unsynced::unmark(&*self.fs, &self.dir, old.id) {

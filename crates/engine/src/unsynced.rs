@@ -47,7 +47,7 @@ const VERSION: u16 = 1;
 const BYTES: usize = 24;
 const COPIED: u8 = 1;
 /// File name extension of a marker.
-pub const EXTENSION: &str = "unsynced";
+const EXTENSION: &str = "unsynced";
 
 /// What a marker says about its segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct Marker {
 }
 
 /// The file name of the marker of segment `id`.
-pub fn marker_name(id: u32) -> String {
+fn marker_name(id: u32) -> String {
     format!("{id:010}.{EXTENSION}")
 }
 
