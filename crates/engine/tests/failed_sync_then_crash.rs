@@ -99,25 +99,32 @@ fn kill_restart_and_cut_the_power(
     engine: Engine,
     what: &str,
 ) {
-    fs.crash_process();
-    let engine = reopen(fs, config, clock, Some(engine));
-    assert_eq!(
-        contents(&engine, &keys(ALL)).len(),
-        ALL,
-        "{what}: after the restart"
-    );
-    fs.power_cut(None);
-    let engine = reopen(fs, config, clock, Some(engine));
-    assert_eq!(
-        contents(&engine, &keys(ALL)).len(),
-        ALL,
-        "{what}: after the power cut"
-    );
+    after_a_kill_and_a_power_cut(fs, config, clock, engine, |engine, when| {
+        let found = contents(engine, &keys(ALL)).len();
+        assert_eq!(found, ALL, "{what}: {when}");
+    });
     let names = fs.file_names(&config.dir);
     assert!(
         names.iter().all(|name| !name.ends_with(".unsynced")),
         "{what}: open removes the markers: {names:?}"
     );
+}
+
+/// Kills the process and restarts, then cuts the power and opens again;
+/// runs `check` on the engine after each start, with which one it is.
+fn after_a_kill_and_a_power_cut(
+    fs: &MemFs,
+    config: &Config,
+    clock: &Clock,
+    engine: Engine,
+    check: impl Fn(&Engine, &str),
+) {
+    fs.crash_process();
+    let engine = reopen(fs, config, clock, Some(engine));
+    check(&engine, "after the restart");
+    fs.power_cut(None);
+    let engine = reopen(fs, config, clock, Some(engine));
+    check(&engine, "after the power cut");
 }
 
 #[test]
@@ -326,22 +333,10 @@ fn a_key_deleted_after_a_heal_that_left_the_old_tail_stays_deleted() {
             "copied: {copied}: the old segment stayed"
         );
         assert_eq!(unsynced_tail(&fs, &config).map(|tail| tail.file), Some(old));
-        fs.crash_process();
-        let engine = reopen(&fs, &config, &clock, Some(engine));
-        assert_eq!(
-            value(&engine, b"k25"),
-            None,
-            "copied: {copied}: after the restart"
-        );
-        assert_eq!(contents(&engine, &keys(ALL)).len(), ALL - 1);
-        fs.power_cut(None);
-        let engine = reopen(&fs, &config, &clock, Some(engine));
-        assert_eq!(
-            value(&engine, b"k25"),
-            None,
-            "copied: {copied}: after the power cut"
-        );
-        assert_eq!(contents(&engine, &keys(ALL)).len(), ALL - 1);
+        after_a_kill_and_a_power_cut(&fs, &config, &clock, engine, |engine, when| {
+            assert_eq!(value(engine, b"k25"), None, "copied: {copied}: {when}");
+            assert_eq!(contents(engine, &keys(ALL)).len(), ALL - 1, "{when}");
+        });
     }
 }
 
