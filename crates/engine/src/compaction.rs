@@ -254,17 +254,7 @@ pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
 /// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    // Not kept past the sum: a pass holding every segment would keep the
-    // files of each group it compacts until it ends (see `compact_groups`).
-    let live: u64 = inner
-        .segments
-        .all()
-        .iter()
-        .map(|s| {
-            s.live_bytes.load(Ordering::Relaxed) + s.tombstone_bytes_kept.load(Ordering::Relaxed)
-        })
-        .sum();
-    let allowed = (live as f64 * SPACE_AMPLIFICATION_MAX) as u64;
+    let allowed = space_allowed(kept_bytes(inner), u64::from(inner.config.segment_bytes_max));
     let excess = file_bytes(inner).saturating_sub(allowed);
     if excess == 0 {
         return Ok(Compacted::default());
@@ -279,6 +269,32 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
         })
         .collect();
     compact_groups(inner, chosen)
+}
+
+/// The segment file bytes space relief lets `live` bytes take before it
+/// steps in: [`SPACE_AMPLIFICATION_MAX`] times them, but never less than
+/// them plus a segment. The active segment cannot be compacted, and for a
+/// data set smaller than a segment it alone can pass the ratio: relief then
+/// ran on every pass and copied each sealed segment as soon as it was a
+/// quarter dead, compaction outputs included, again and again (100k keys of
+/// 100 bytes overwritten under `always`, 32 MiB segments: 0.71 bytes copied
+/// per byte logged, against 0.24 with 64 MiB ones).
+fn space_allowed(live: u64, segment_bytes: u64) -> u64 {
+    ((live as f64 * SPACE_AMPLIFICATION_MAX) as u64).max(live + segment_bytes)
+}
+
+/// Live bytes and kept tombstones' bytes in every segment.
+fn kept_bytes(inner: &Inner) -> u64 {
+    // Not kept past the sum: a pass holding every segment would keep the
+    // files of each group it compacts until it ends (see `compact_groups`).
+    inner
+        .segments
+        .all()
+        .iter()
+        .map(|s| {
+            s.live_bytes.load(Ordering::Relaxed) + s.tombstone_bytes_kept.load(Ordering::Relaxed)
+        })
+        .sum()
 }
 
 /// Bytes in every segment file.
@@ -1022,6 +1038,67 @@ mod tests {
         drop(held);
         engine.compact_now(0.5).unwrap();
         assert!(!names().contains(&removed_name), "{:?}", names());
+    }
+
+    /// Space relief leaves a data set smaller than a segment a segment's
+    /// worth of room past its live bytes, though that is more than
+    /// [`SPACE_AMPLIFICATION_MAX`] times them; past it, relief steps in.
+    #[test]
+    fn space_relief_gives_a_small_data_set_a_segment_of_room() {
+        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
+        let fs = crate::fs::MemFs::new();
+        let segment_bytes = 16 << 10;
+        let open = || {
+            let mut config = Config::new("/data");
+            config.durability = Durability::None;
+            config.background_threads = false;
+            config.segment_bytes_max = segment_bytes;
+            Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap()
+        };
+        let write = |engine: &Engine, keys: std::ops::Range<usize>, round: u32| {
+            for key in keys {
+                let key = format!("key{key}");
+                let (_, ticket) = engine
+                    .store(
+                        StoreMode::Set,
+                        key.as_bytes(),
+                        &[b'v'; 100],
+                        round,
+                        Expiry::Never,
+                    )
+                    .unwrap();
+                engine.commit(ticket).unwrap();
+            }
+        };
+        let engine = open();
+        write(&engine, 0..40, 0);
+        write(&engine, 0..24, 1);
+        // Reopened, so that the segment is sealed (every open starts one).
+        engine.close().unwrap();
+        let engine = open();
+        let inner = &engine.inner;
+        write_pending_hints(inner).unwrap();
+        let (live, files) = (kept_bytes(inner), file_bytes(inner));
+        assert!(
+            files as f64 > live as f64 * SPACE_AMPLIFICATION_MAX,
+            "{files} {live}"
+        );
+        assert!(files < live + u64::from(segment_bytes), "{files} {live}");
+        assert_eq!(relieve_space(inner).unwrap().segments, 0);
+        assert_eq!(file_bytes(inner), files);
+
+        let mut round = 2;
+        while file_bytes(inner) <= kept_bytes(inner) + u64::from(segment_bytes) {
+            write(&engine, 0..24, round);
+            round += 1;
+        }
+        write_pending_hints(inner).unwrap();
+        assert!(relieve_space(inner).unwrap().segments > 0);
+        assert!(file_bytes(inner) <= kept_bytes(inner) + u64::from(segment_bytes));
+        for key in 0..40 {
+            let item = engine.get(format!("key{key}").as_bytes()).unwrap().unwrap();
+            assert_eq!(item.flags, if key < 24 { round - 1 } else { 0 }, "key{key}");
+        }
     }
 
     #[test]
