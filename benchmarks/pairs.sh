@@ -207,12 +207,14 @@ run_side() {
         -P "$PIPELINE" --ratio "$RATIO" "${KEY_PATTERN[@]}" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
     local cpu_before_s cpu_after_s ticks_before
+    larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-before"
     cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
     ticks_before="$(host_ticks)"
     "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
     write_steal "$RAW/pair$pair-$side.steal" "$ticks_before" "$(host_ticks)"
     cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
+    larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-after"
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
     printf '{"server_cpu_s": %s}\n' \
         "$(awk -v a="$cpu_before_s" -v b="$cpu_after_s" 'BEGIN { printf "%.2f", b - a }')" \
@@ -223,6 +225,13 @@ run_side() {
     summary="$("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")" \
         || die "cannot read the run in $RAW/pair$pair-$side.json"
     log "  pair $pair $side ($spec): $summary; after the preload, waited ${settled/ / s, machine }"
+}
+
+# larder_stats NAME PORT FILE: for a Larder, its `stats` into FILE (the
+# report takes the bytes logged and compacted during the run from them).
+larder_stats() {
+    [[ "$1" == larder-* ]] || return 0
+    server_stats "$2" >"$3" || die "cannot read the stats of $1 on 127.0.0.1:$2"
 }
 
 log "$PAIRS pairs of $WORKLOAD, $CONNS connections, pipeline $PIPELINE, $DURATION each: A=$A B=$B; results in $RESULTS_DIR"

@@ -42,7 +42,29 @@ def load_run(path: Path) -> dict:
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
         "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
         "wait_after_preload": settle_of(path.with_suffix(".settle")),
+        "compaction_bytes_per_logged_byte": compaction_per_logged_byte(path),
     }
+
+
+def read_stats(path: Path) -> dict[str, str] | None:
+    """A server's `stats` as pairs.sh saved them ("NAME VALUE" lines)."""
+    if not path.exists():
+        return None
+    return dict(line.split(" ", 1) for line in path.read_text().splitlines() if " " in line)
+
+
+def compaction_per_logged_byte(path: Path) -> float | None:
+    """For a Larder run: the bytes compaction wrote during the run over the
+    bytes the log took (none for other servers, or a run that logged nothing)."""
+    before = read_stats(path.with_suffix(".stats-before"))
+    after = read_stats(path.with_suffix(".stats-after"))
+    if before is None or after is None:
+        return None
+
+    def grew(name: str) -> int:
+        return int(after[name]) - int(before[name])
+    logged = grew("larder_log_bytes_written")
+    return grew("larder_compaction_bytes_written") / logged if logged > 0 else None
 
 
 def line(path: Path) -> str:
@@ -131,9 +153,10 @@ def build(results_dir: Path) -> dict:
             "ops_per_second": spread([p[side]["ops_per_second"] for p in pairs]),
             "p99_us": spread([p[side]["p99_us"] for p in pairs]),
         }
-        cpus = [p[side]["server_cpu_us_per_request"] for p in pairs]
-        if all(c is not None for c in cpus):
-            summary[side]["server_cpu_us_per_request"] = spread(cpus)
+        for figure in ("server_cpu_us_per_request", "compaction_bytes_per_logged_byte"):
+            values = [p[side].get(figure) for p in pairs]
+            if all(v is not None for v in values):
+                summary[side][figure] = spread(values)
     return {"machine": read_machine(results_dir), "pairs": pairs, "incomplete_pairs": incomplete,
             "summary": summary}
 
@@ -205,6 +228,11 @@ def markdown(doc: dict) -> str:
         cpu_text = f"{c['median']:.1f} [{c['min']:.1f}-{c['max']:.1f}]" if c else "n/a"
         md.append(f"| {side} | {ops['median']:,.0f} [{ops['min']:,.0f}-{ops['max']:,.0f}] "
                   f"| {s[side]['p99_us']['median']:,.0f} | {cpu_text} |")
+    compacted = [f"{side} {c['median']:.2f} [{c['min']:.2f}-{c['max']:.2f}]" for side in ("A", "B")
+                 if (c := s[side].get("compaction_bytes_per_logged_byte"))]
+    if compacted:
+        md += ["", "Bytes compaction wrote per byte logged during the runs (Larder's `stats`), "
+               f"median [min-max]: {'; '.join(compacted)}."]
     return "\n".join(md) + "\n"
 
 

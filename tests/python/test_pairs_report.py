@@ -89,6 +89,45 @@ def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
     assert "**Measured while the machine was still busy after the preload**: pair 3 B." in text
 
 
+def write_stats(raw: Path, name: str, logged: int, compacted: int) -> None:
+    """A Larder's `stats` around a run as pairs.sh saves them, with other
+    lines among the two that count."""
+    for suffix, scale in (("stats-before", 1), ("stats-after", 3)):
+        (raw / f"{name}.{suffix}").write_text(
+            f"pid 42\nlarder_log_bytes_written {logged * scale // 2}\n"
+            f"version 0.1.0\nlarder_compaction_bytes_written {compacted * scale // 2}\n")
+
+
+def test_the_report_gives_the_bytes_compaction_wrote_per_byte_logged(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for n, (a, b) in enumerate([(0.5, 0.2), (0.7, 0.3), (0.4, 0.25)], start=1):
+        for side, share in (("A", a), ("B", b)):
+            write_run(raw, f"pair{n}-{side}", 10_000.0, 0.0)
+            # Before the run the server had logged and compacted as much
+            # again (the preload): only what the run added counts.
+            write_stats(raw, f"pair{n}-{side}", 1_000_000, int(share * 1_000_000))
+    doc = build(tmp_path)
+    assert doc["pairs"][0]["A"]["compaction_bytes_per_logged_byte"] == pytest.approx(0.5)
+    assert doc["summary"]["B"]["compaction_bytes_per_logged_byte"] == pytest.approx(
+        {"median": 0.25, "min": 0.2, "max": 0.3})
+    assert "per byte logged during the runs (Larder's `stats`), median [min-max]: " \
+        "A 0.50 [0.40-0.70]; B 0.25 [0.20-0.30]." in markdown(doc)
+
+
+def test_the_report_gives_no_compaction_figure_without_both_stats(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for side in "AB":
+        write_run(raw, f"pair1-{side}", 10_000.0, 0.0)
+    write_stats(raw, "pair1-A", 1_000_000, 500_000)
+    (raw / "pair1-A.stats-after").unlink()
+    doc = build(tmp_path)
+    assert doc["pairs"][0]["A"]["compaction_bytes_per_logged_byte"] is None
+    assert "compaction_bytes_per_logged_byte" not in doc["summary"]["A"]
+    assert "per byte logged" not in markdown(doc)
+
+
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
     out = tmp_path / "run.steal"
     script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; write_steal "$1" "$2" "$3"'
