@@ -93,13 +93,7 @@ pub fn compactor_loop(inner: &Inner) {
         if let Err(error) = release_removed(inner) {
             tracing::error!(%error, "freeing removed segments (what is left, the next open deletes)");
         }
-        let ratio = inner.config.compaction_dead_ratio_min;
-        // Space relief also runs when the pass freed nothing: segments
-        // below the dead-ratio threshold may still hold too much.
-        let passed = compact(inner, ratio).and_then(|done| match done.freed_bytes {
-            0 => relieve_space(inner),
-            _ => Ok(done),
-        });
+        let passed = reclaim_dead_bytes(inner);
         // Apart, so that a merge that keeps failing holds up neither the
         // pass nor space relief.
         let merged = merge_small(inner).map_or_else(
@@ -120,6 +114,30 @@ pub fn compactor_loop(inner: &Inner) {
             }
         }
     }
+}
+
+/// The background compactor's pass over dead bytes: the dead-ratio pass,
+/// then space relief if that freed nothing (segments below the threshold
+/// may still hold too much).
+///
+/// While the files hold no more than the live bytes and a segment, nothing
+/// is compacted for its dead bytes: that is within the bounds compaction
+/// keeps anyway, and a segment left alone goes on dying, so it costs less
+/// to compact later. For a data set smaller than a segment, a segment is
+/// still mostly live when sealed: compacting it at half dead copied each
+/// byte's newest version about once more (100k keys of 100 bytes
+/// overwritten, 32 MiB segments: 0.58 bytes compacted per byte logged,
+/// against 0.26 with 64 MiB ones).
+fn reclaim_dead_bytes(inner: &Inner) -> Result<Compacted> {
+    let ratio = match has_room(inner) {
+        // No segment is more than all dead.
+        true => f64::INFINITY,
+        false => inner.config.compaction_dead_ratio_min,
+    };
+    compact(inner, ratio).and_then(|done| match done.freed_bytes {
+        0 => relieve_space(inner),
+        _ => Ok(done),
+    })
 }
 
 /// Writes a hint file for every sealed segment that lacks one.
@@ -281,6 +299,12 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
 /// per byte logged, against 0.24 with 64 MiB ones).
 fn space_allowed(live: u64, segment_bytes: u64) -> u64 {
     ((live as f64 * SPACE_AMPLIFICATION_MAX) as u64).max(live + segment_bytes)
+}
+
+/// Whether the segment files hold no more than the live bytes (and kept
+/// tombstones) and a segment.
+fn has_room(inner: &Inner) -> bool {
+    file_bytes(inner) <= kept_bytes(inner) + u64::from(inner.config.segment_bytes_max)
 }
 
 /// Live bytes and kept tombstones' bytes in every segment.
@@ -1040,11 +1064,12 @@ mod tests {
         assert!(!names().contains(&removed_name), "{:?}", names());
     }
 
-    /// Space relief leaves a data set smaller than a segment a segment's
-    /// worth of room past its live bytes, though that is more than
-    /// [`SPACE_AMPLIFICATION_MAX`] times them; past it, relief steps in.
+    /// The background compactor leaves a data set smaller than a segment a
+    /// segment's worth of room past its live bytes, though that is more
+    /// than [`SPACE_AMPLIFICATION_MAX`] times them and a segment is more
+    /// than half dead; past it, it compacts.
     #[test]
-    fn space_relief_gives_a_small_data_set_a_segment_of_room() {
+    fn a_small_data_set_gets_a_segment_of_room() {
         use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
         let fs = crate::fs::MemFs::new();
         let segment_bytes = 16 << 10;
@@ -1073,6 +1098,7 @@ mod tests {
         let engine = open();
         write(&engine, 0..40, 0);
         write(&engine, 0..24, 1);
+        write(&engine, 0..24, 2);
         // Reopened, so that the segment is sealed (every open starts one).
         engine.close().unwrap();
         let engine = open();
@@ -1084,16 +1110,18 @@ mod tests {
             "{files} {live}"
         );
         assert!(files < live + u64::from(segment_bytes), "{files} {live}");
-        assert_eq!(relieve_space(inner).unwrap().segments, 0);
+        let sealed = inner.segments.all()[0].dead_ratio();
+        assert!(sealed > inner.config.compaction_dead_ratio_min, "{sealed}");
+        assert_eq!(reclaim_dead_bytes(inner).unwrap().segments, 0);
         assert_eq!(file_bytes(inner), files);
 
-        let mut round = 2;
+        let mut round = 3;
         while file_bytes(inner) <= kept_bytes(inner) + u64::from(segment_bytes) {
             write(&engine, 0..24, round);
             round += 1;
         }
         write_pending_hints(inner).unwrap();
-        assert!(relieve_space(inner).unwrap().segments > 0);
+        assert!(reclaim_dead_bytes(inner).unwrap().segments > 0);
         assert!(file_bytes(inner) <= kept_bytes(inner) + u64::from(segment_bytes));
         for key in 0..40 {
             let item = engine.get(format!("key{key}").as_bytes()).unwrap().unwrap();
