@@ -1,8 +1,10 @@
 //! Background compaction and hint files.
 //!
 //! The compactor thread writes a hint file for each sealed log segment, and
-//! rewrites sealed segments whose dead fraction passes the threshold, and
-//! small ones together ([`merge_small`]): live records are copied into a
+//! rewrites sealed segments whose dead fraction passes the threshold once
+//! the files hold more than the live bytes and a segment
+//! ([`reclaim_dead_bytes`]), and small ones together ([`merge_small`]):
+//! live records are copied into a
 //! new segment (origin "compaction"), each key is switched to the copy only
 //! if it still points at the old record, and the old segment is removed
 //! only after the copy and its hint are durable.
@@ -44,9 +46,10 @@ const PASS_INTERVAL: Duration = Duration::from_millis(200);
 /// the most record bytes read into a [`Batch`] before it is checked.
 const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
 
-/// Past this many bytes of segment files per live byte, compaction also
-/// takes segments below the dead-ratio threshold, most dead first, until
-/// the files are back under it. Without this, data rewritten faster than
+/// Past this many bytes of segment files per live byte (and past the live
+/// bytes and a segment, see [`space_allowed`]), compaction also takes
+/// segments below the dead-ratio threshold, most dead first, until the
+/// files are back under it. Without this, data rewritten faster than
 /// segments cross the threshold (a freshly loaded set being overwritten)
 /// piles up to about twice the live bytes before the first compaction.
 const SPACE_AMPLIFICATION_MAX: f64 = 1.5;
@@ -126,8 +129,10 @@ pub fn compactor_loop(inner: &Inner) {
 /// to compact later. For a data set smaller than a segment, a segment is
 /// still mostly live when sealed: compacting it at half dead copied each
 /// byte's newest version about once more (100k keys of 100 bytes
-/// overwritten, 32 MiB segments: 0.58 bytes compacted per byte logged,
-/// against 0.26 with 64 MiB ones).
+/// overwritten under `always`, in alternating pairs of runs, 32 MiB
+/// segments: 0.58 bytes compacted per byte logged before this rule, 0.19
+/// after; 64 MiB ones 0.26 and 0.06). The cost: after deletes, up to a
+/// segment of dead bytes may stay on disk for good.
 fn reclaim_dead_bytes(inner: &Inner) -> Result<Compacted> {
     let ratio = match has_room(inner) {
         // No segment is more than all dead.
@@ -267,9 +272,9 @@ pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
     compact_groups(inner, abandoned).map(|_| ())
 }
 
-/// While the segment files hold more than [`SPACE_AMPLIFICATION_MAX`] times
-/// the live bytes, compacts the most dead segments (down to
-/// [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes bring them back under it.
+/// While the segment files hold more than [`space_allowed`], compacts the
+/// most dead segments (down to [`SPACE_DEAD_RATIO_MIN`]) whose dead bytes
+/// bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
     let allowed = space_allowed(kept_bytes(inner), u64::from(inner.config.segment_bytes_max));
@@ -295,8 +300,9 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
 /// data set smaller than a segment it alone can pass the ratio: relief then
 /// ran on every pass and copied each sealed segment as soon as it was a
 /// quarter dead, compaction outputs included, again and again (100k keys of
-/// 100 bytes overwritten under `always`, 32 MiB segments: 0.71 bytes copied
-/// per byte logged, against 0.24 with 64 MiB ones).
+/// 100 bytes overwritten under `always`, 32 MiB segments, single runs with
+/// the preload counted: 0.71 bytes compacted per byte logged before this
+/// floor, 0.47-0.49 after; 64 MiB ones 0.24 and 0.18-0.19).
 fn space_allowed(live: u64, segment_bytes: u64) -> u64 {
     ((live as f64 * SPACE_AMPLIFICATION_MAX) as u64).max(live + segment_bytes)
 }
@@ -1110,8 +1116,11 @@ mod tests {
             "{files} {live}"
         );
         assert!(files < live + u64::from(segment_bytes), "{files} {live}");
-        let sealed = inner.segments.all()[0].dead_ratio();
-        assert!(sealed > inner.config.compaction_dead_ratio_min, "{sealed}");
+        // The sealed segment is a candidate for the dead-ratio pass and for
+        // space relief, were it not for the room left.
+        let threshold = inner.config.compaction_dead_ratio_min;
+        assert_eq!(candidates(inner, threshold).len(), 1);
+        assert_eq!(candidates(inner, SPACE_DEAD_RATIO_MIN).len(), 1);
         assert_eq!(reclaim_dead_bytes(inner).unwrap().segments, 0);
         assert_eq!(file_bytes(inner), files);
 

@@ -76,7 +76,8 @@ pub struct Config {
     pub partitions: usize,
     /// A sealed segment is compacted once this fraction of its bytes is dead
     /// (or, while the segment files hold more than 1.5x the live bytes, one
-    /// at least 25% dead may be; see the compaction module).
+    /// at least 25% dead may be), but not while the files hold no more than
+    /// the live bytes and a segment; see the compaction module.
     pub compaction_dead_ratio_min: f64,
     /// Run the background compaction and maintenance threads (the log's sync
     /// thread always runs). Tests that want full control over when compaction
