@@ -277,7 +277,7 @@ pub(crate) fn recopy_abandoned(inner: &Inner) -> Result<()> {
 /// bring them back under it.
 fn relieve_space(inner: &Inner) -> Result<Compacted> {
     let _guard = inner.compaction_lock.lock();
-    let allowed = space_allowed(kept_bytes(inner), u64::from(inner.config.segment_bytes_max));
+    let allowed = space_allowed(inner);
     let excess = file_bytes(inner).saturating_sub(allowed);
     if excess == 0 {
         return Ok(Compacted::default());
@@ -294,23 +294,31 @@ fn relieve_space(inner: &Inner) -> Result<Compacted> {
     compact_groups(inner, chosen)
 }
 
-/// The segment file bytes space relief lets `live` bytes take before it
-/// steps in: [`SPACE_AMPLIFICATION_MAX`] times them, but never less than
-/// them plus a segment. The active segment cannot be compacted, and for a
+/// The segment file bytes space relief lets the live bytes (with kept
+/// tombstones) take before it steps in: [`SPACE_AMPLIFICATION_MAX`] times
+/// them, but never less than the [`room`] the background compactor leaves
+/// them. The active segment cannot be compacted, and for a
 /// data set smaller than a segment it alone can pass the ratio: relief then
 /// ran on every pass and copied each sealed segment as soon as it was a
 /// quarter dead, compaction outputs included, again and again (100k keys of
 /// 100 bytes overwritten under `always`, 32 MiB segments, single runs with
 /// the preload counted: 0.71 bytes compacted per byte logged before this
 /// floor, 0.47-0.49 after; 64 MiB ones 0.24 and 0.18-0.19).
-fn space_allowed(live: u64, segment_bytes: u64) -> u64 {
-    ((live as f64 * SPACE_AMPLIFICATION_MAX) as u64).max(live + segment_bytes)
+fn space_allowed(inner: &Inner) -> u64 {
+    let kept = kept_bytes(inner);
+    ((kept as f64 * SPACE_AMPLIFICATION_MAX) as u64).max(room(inner, kept))
 }
 
-/// Whether the segment files hold no more than the live bytes (and kept
-/// tombstones) and a segment.
+/// The segment file bytes within which the background compactor copies
+/// nothing for its dead bytes, for `kept` live bytes (with kept
+/// tombstones): them and a segment (see [`reclaim_dead_bytes`]).
+fn room(inner: &Inner, kept: u64) -> u64 {
+    kept + u64::from(inner.config.segment_bytes_max)
+}
+
+/// Whether the segment files are within their [`room`].
 fn has_room(inner: &Inner) -> bool {
-    file_bytes(inner) <= kept_bytes(inner) + u64::from(inner.config.segment_bytes_max)
+    file_bytes(inner) <= room(inner, kept_bytes(inner))
 }
 
 /// Live bytes and kept tombstones' bytes in every segment.
