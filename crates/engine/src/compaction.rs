@@ -530,15 +530,20 @@ impl Output {
         self.written + self.buffer.len() as u64
     }
 
-    /// Appends a record; returns its offset.
-    fn push(&mut self, header: &Header, key: &[u8], value: &[u8], target: u64) -> Result<u32> {
+    /// Appends the record `bytes`, read as `read`, with `header` (see
+    /// [`record::reencode`]); returns its offset.
+    fn push(&mut self, header: &Header, read: &Header, bytes: &[u8], target: u64) -> Result<u32> {
         let offset = self.offset();
         if offset + header.record_len() > u64::from(u32::MAX) {
             return Err(Error::TooLarge("compaction output past 4 GiB".into()));
         }
-        record::encode(&mut self.buffer, header, key, value);
+        record::reencode(&mut self.buffer, header, read, bytes);
+        let key = bytes.get(header.key_range()).unwrap_or_default();
         self.hint.push(header, offset as u32, key, target);
         self.segment.note_seq(header.seq);
+        if header.kind == Kind::Delete {
+            self.segment.note_tombstone();
+        }
         Ok(offset as u32)
     }
 
@@ -792,9 +797,8 @@ impl Batch<'_> {
             };
             let bytes = self.record_bytes(read);
             let key = bytes.get(header.key_range()).unwrap_or_default();
-            let value = bytes.get(header.value_range()).unwrap_or_default();
             let target = record::touch_target(&header, bytes);
-            let to_offset = output.push(&header, key, value, target)?;
+            let to_offset = output.push(&header, &read.header, bytes, target)?;
             if header.kind == Kind::Put {
                 output.pending.push(Pending {
                     key: key.to_vec(),
@@ -1143,6 +1147,104 @@ mod tests {
         for key in 0..40 {
             let item = engine.get(format!("key{key}").as_bytes()).unwrap().unwrap();
             assert_eq!(item.flags, if key < 24 { round - 1 } else { 0 }, "key{key}");
+        }
+    }
+
+    /// Compaction reads a group's records for tombstones only where a
+    /// segment may hold one: a segment says it holds none only if it does
+    /// (checked against its records after deletes, compactions that keep
+    /// tombstones, and a reopen), and a segment this process wrote puts
+    /// alone to says so.
+    #[test]
+    fn a_segment_says_it_holds_no_tombstone_only_if_it_holds_none() {
+        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
+        let fs = crate::fs::MemFs::new();
+        let open = || {
+            let mut config = Config::new("/data");
+            config.durability = Durability::None;
+            config.background_threads = false;
+            config.segment_bytes_max = 4096;
+            Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap()
+        };
+        let write = |engine: &Engine, keys: std::ops::Range<usize>| {
+            for key in keys {
+                let key = format!("key{key}");
+                let (_, ticket) = engine
+                    .store(
+                        StoreMode::Set,
+                        key.as_bytes(),
+                        &[b'v'; 100],
+                        0,
+                        Expiry::Never,
+                    )
+                    .unwrap();
+                engine.commit(ticket).unwrap();
+            }
+        };
+        let delete = |engine: &Engine, key: usize| {
+            let (_, ticket) = engine.delete(format!("key{key}").as_bytes(), None).unwrap();
+            engine.commit(ticket).unwrap();
+        };
+        // (segments that say they hold none, segments that hold one,
+        // compaction outputs that hold one)
+        let check = |engine: &Engine| {
+            let (mut sure, mut holding, mut outputs) = (0, 0, 0);
+            for segment in engine.inner.segments.all() {
+                let len = segment.len_bytes.load(Ordering::Acquire);
+                let start = u64::from(segment::HEADER_BYTES);
+                let mut deletes = 0;
+                crate::scan::scan(&*segment.file, start, len, |_, header, _| {
+                    deletes += usize::from(header.kind == Kind::Delete);
+                    Ok(())
+                })
+                .unwrap()
+                .1
+                .unwrap();
+                assert!(
+                    deletes == 0 || segment.may_hold_tombstones(),
+                    "segment {} holds {deletes} tombstones",
+                    segment.id
+                );
+                sure += usize::from(!segment.may_hold_tombstones());
+                holding += usize::from(deletes > 0);
+                outputs += usize::from(deletes > 0 && segment.header.origin == Origin::Compaction);
+            }
+            (sure, holding, outputs)
+        };
+        let engine = open();
+        write(&engine, 0..100);
+        let (sure, holding, _) = check(&engine);
+        assert_eq!(holding, 0);
+        assert_eq!(sure, engine.inner.segments.all().len());
+        // Tombstones of keys whose puts lie in the first segment, among
+        // overwrites of one key: their segment is soon mostly dead, the
+        // first mostly live.
+        for key in 0..3 {
+            delete(&engine, key);
+        }
+        for _ in 0..100 {
+            write(&engine, 50..51);
+        }
+        assert!(check(&engine).1 > 0);
+        // Compacted while the puts they hide are still on disk: kept, and
+        // the output keeping them says so.
+        assert!(engine.compact_now(0.5).unwrap() > 0);
+        let (sure, _, outputs) = check(&engine);
+        assert!(sure > 0);
+        assert!(outputs > 0, "a compaction output kept the tombstones");
+        write(&engine, 3..100);
+        engine.compact_now(0.0).unwrap();
+        check(&engine);
+        // What the open finds on disk may hold tombstones; what it writes
+        // after is known again.
+        engine.close().unwrap();
+        let engine = open();
+        assert_eq!(check(&engine).0, 1, "the new active segment alone");
+        write(&engine, 3..100);
+        assert!(check(&engine).0 > 1);
+        for key in 0..100 {
+            let found = engine.get(format!("key{key}").as_bytes()).unwrap();
+            assert_eq!(found.is_some(), key >= 3, "key{key}");
         }
     }
 

@@ -48,6 +48,7 @@ use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::fs::{join, temporary_path, Fs};
 use crate::idle::IdleSignal;
+use crate::record::{self, Kind};
 use crate::segment::{self, Origin, Segment, SegmentHeader};
 use crate::stats::Counters;
 use crossbeam_utils::CachePadded;
@@ -217,12 +218,7 @@ pub fn create_segment(
             return Err(error);
         }
     };
-    Ok(Arc::new(Segment::new(
-        path,
-        file,
-        header,
-        u64::from(segment::HEADER_BYTES),
-    )))
+    Ok(Arc::new(Segment::new_empty(path, file, header)))
 }
 
 struct LogState {
@@ -461,6 +457,10 @@ impl Log {
         let ticket = Ticket(lsn(state.active.id, state.end + len));
         encode(&mut state.buffer, ticket);
         assert_eq!((state.buffer.len() - before) as u64, len);
+        // Under the lock, so before a rotation can seal the segment.
+        if record::holds_kind(state.buffer.get(before..).unwrap_or_default(), Kind::Delete) {
+            state.active.note_tombstone();
+        }
         let offset = state.end as u32;
         state.end += len;
         // Not under `always`, where every commit asks for a sync already.
@@ -1254,11 +1254,14 @@ fn moved_records(
     let mut moved = Vec::new();
     let mut at = 0usize;
     while let Some(rest) = records.get(at..).filter(|rest| !rest.is_empty()) {
-        let Ok(header) = crate::record::decode(rest) else {
+        let Ok(header) = record::decode(rest) else {
             break;
         };
         new.note_seq(header.seq);
-        if header.kind == crate::record::Kind::Put {
+        if header.kind == Kind::Delete {
+            new.note_tombstone();
+        }
+        if header.kind == Kind::Put {
             moved.push(Moved {
                 key: rest.get(header.key_range()).unwrap_or_default().to_vec(),
                 seq: header.seq,

@@ -173,6 +173,20 @@ pub fn encode(out: &mut Vec<u8>, header: &Header, key: &[u8], value: &[u8]) {
     }
 }
 
+/// Appends the whole record `bytes`, decoded (its checksum verified) as
+/// `read`, with `header` in place of `read`: the bytes as they are when the
+/// two are the same, encoded afresh with a new checksum when they are not.
+/// For copying records (compaction), which mostly keep their header.
+pub(crate) fn reencode(out: &mut Vec<u8>, header: &Header, read: &Header, bytes: &[u8]) {
+    if header == read && bytes.len() as u64 == header.record_len() {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    let key = bytes.get(header.key_range()).unwrap_or_default();
+    let value = bytes.get(header.value_range()).unwrap_or_default();
+    encode(out, header, key, value);
+}
+
 /// Why bytes did not decode as a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
@@ -289,6 +303,26 @@ pub fn decode(bytes: &[u8]) -> Result<Header, DecodeError> {
     Ok(header)
 }
 
+/// Whether the records encoded back to back in `records` include one of
+/// `kind`. Reads their headers only, up to the first that does not decode;
+/// for records this process just encoded.
+pub(crate) fn holds_kind(records: &[u8], kind: Kind) -> bool {
+    let mut rest = records;
+    while let Ok(header) = decode_header(rest) {
+        if header.kind == kind {
+            return true;
+        }
+        match usize::try_from(header.record_len())
+            .ok()
+            .and_then(|len| rest.get(len..))
+        {
+            Some(next) => rest = next,
+            None => return false,
+        }
+    }
+    false
+}
+
 /// The seq a touch record's value names (0 for other kinds); `bytes` is
 /// the whole record.
 pub(crate) fn touch_target(header: &Header, bytes: &[u8]) -> u64 {
@@ -365,5 +399,42 @@ mod tests {
             decode(&out[..10]),
             Err(DecodeError::Truncated { .. })
         ));
+    }
+
+    #[test]
+    fn a_delete_among_records_is_found_and_puts_alone_are_not() {
+        let mut records = Vec::new();
+        encode(&mut records, &put(1), b"key", b"value");
+        encode(&mut records, &Header::flush(2, 0), b"", b"");
+        assert!(!holds_kind(&records, Kind::Delete));
+        assert!(holds_kind(&records, Kind::Flush));
+        encode(&mut records, &Header::delete(3, 3), b"key", b"");
+        assert!(holds_kind(&records, Kind::Delete));
+        // The walk stops at bytes that are no record.
+        let mut junk = vec![7u8; 64];
+        encode(&mut junk, &Header::delete(3, 4), b"key", b"");
+        assert!(!holds_kind(&junk, Kind::Delete));
+        assert!(!holds_kind(&[], Kind::Delete));
+    }
+
+    #[test]
+    fn a_record_keeping_its_header_is_copied_as_it_is_and_one_changing_it_is_encoded_afresh() {
+        let mut bytes = Vec::new();
+        encode(&mut bytes, &put(5), b"key", b"value");
+        let read = decode(&bytes).unwrap();
+        let mut copied = Vec::new();
+        reencode(&mut copied, &read, &read, &bytes);
+        assert_eq!(copied, bytes);
+        let changed = Header {
+            exptime: 0,
+            stale: true,
+            ..read
+        };
+        let mut rewritten = vec![1, 2, 3];
+        reencode(&mut rewritten, &changed, &read, &bytes);
+        let record = rewritten.get(3..).unwrap();
+        assert_eq!(decode(record), Ok(changed));
+        assert_eq!(record.get(changed.key_range()), Some(&b"key"[..]));
+        assert_eq!(record.get(changed.value_range()), Some(&b"value"[..]));
     }
 }

@@ -225,6 +225,13 @@ pub struct Segment {
     pub tombstone_bytes_kept: AtomicU64,
     /// What compaction learnt about this segment's tombstones.
     pub(crate) tombstones: Mutex<KeptTombstones>,
+    /// The file may hold a tombstone (a delete record). False only for a
+    /// segment this process created empty and has written no tombstone to
+    /// since: compaction then need not read its records to find the
+    /// tombstones it must keep (see [`crate::tombstones::gather`]). Raised
+    /// before the segment can be compacted: under the log lock that seals
+    /// it for a log segment, before its hint for a compaction output.
+    may_hold_tombstones: AtomicBool,
 }
 
 /// What compaction learnt about a segment's tombstones (see
@@ -254,7 +261,27 @@ impl Segment {
             unsure_tail: AtomicBool::new(false),
             tombstone_bytes_kept: AtomicU64::new(0),
             tombstones: Mutex::new(KeptTombstones::default()),
+            // Unknown for a file already on disk.
+            may_hold_tombstones: AtomicBool::new(true),
         }
+    }
+
+    /// Wraps a segment file just created, which holds its header alone.
+    pub fn new_empty(path: PathBuf, file: Arc<dyn FsFile>, header: SegmentHeader) -> Segment {
+        let segment = Segment::new(path, file, header, u64::from(HEADER_BYTES));
+        segment.may_hold_tombstones.store(false, Ordering::Relaxed);
+        segment
+    }
+
+    /// Records that a tombstone was written to the file.
+    pub fn note_tombstone(&self) {
+        self.may_hold_tombstones.store(true, Ordering::Release);
+    }
+
+    /// Whether the file may hold a tombstone; false only if it surely holds
+    /// none.
+    pub fn may_hold_tombstones(&self) -> bool {
+        self.may_hold_tombstones.load(Ordering::Acquire)
     }
 
     /// Bytes of records the keydir no longer points at (plus the header),

@@ -19,11 +19,13 @@
 //!   with a seq below `s`. The other members of `S`'s group count: they
 //!   are removed one by one after `S`'s output is durable.
 //!
-//! [`gather`] reads, for the keys of a group's tombstones, every record in
-//! the other segments that may hold an older put (those whose smallest seq
-//! is below the group's newest tombstone) from their hints, and the
-//! group's own. A kept tombstone counts as neither live nor dead in its new
-//! segment ([`Segment::tombstone_bytes_kept`]) until it may be droppable:
+//! [`gather`] finds a group's tombstones in its members that may hold one
+//! ([`Segment::may_hold_tombstones`]: under overwrites alone, none), then
+//! reads, for their keys, every record in the other segments that may hold
+//! an older put (those whose smallest seq is below the group's newest
+//! tombstone) from their hints, and the group's own. A kept tombstone
+//! counts as neither live nor dead in its new segment
+//! ([`Segment::tombstone_bytes_kept`]) until it may be droppable:
 //! when a segment it was kept for is removed, or when a later group finds
 //! a newer tombstone of its key ([`Segment::replace_tombstone`]). So an idle
 //! engine stops compacting, and each key keeps at most its newest tombstone
@@ -97,7 +99,9 @@ pub(crate) fn gather(inner: &Inner, group: &[Arc<Segment>], output: u32) -> Resu
     let all = inner.segments.all();
     let mut gathered = Tombstones::default();
     let mut newest = 0;
-    for segment in group {
+    // A segment that surely holds no tombstone has none to gather (under
+    // overwrites alone, every group: its members' hints then go unread).
+    for segment in group.iter().filter(|segment| segment.may_hold_tombstones()) {
         let min_seq_elsewhere = all
             .iter()
             .filter(|other| other.id != segment.id && other.id != output)

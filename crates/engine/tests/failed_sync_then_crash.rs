@@ -31,12 +31,24 @@ const ALL: usize = 30;
 /// second under everysec) land before the failure, there would be nothing
 /// unsynced to lose and the test would test nothing: it starts again.
 fn after_a_failed_sync(durability: Durability) -> (MemFs, Clock, Config, Engine) {
+    after_a_failed_sync_deleting(durability, None)
+}
+
+/// [`after_a_failed_sync`], with `deleted` (a synced key) deleted after the
+/// last set: its tombstone is among the unsynced records.
+fn after_a_failed_sync_deleting(
+    durability: Durability,
+    deleted: Option<&[u8]>,
+) -> (MemFs, Clock, Config, Engine) {
     (0..5)
-        .find_map(|_| try_a_failed_sync(durability))
+        .find_map(|_| try_a_failed_sync(durability, deleted))
         .expect("a failed sync with unsynced records, in one of 5 tries")
 }
 
-fn try_a_failed_sync(durability: Durability) -> Option<(MemFs, Clock, Config, Engine)> {
+fn try_a_failed_sync(
+    durability: Durability,
+    deleted: Option<&[u8]>,
+) -> Option<(MemFs, Clock, Config, Engine)> {
     let (fs, clock, mut config) = (MemFs::new(), Clock::system(), config(durability));
     config.segment_bytes_max = 64 << 10;
     let engine = reopen(&fs, &config, &clock, None);
@@ -45,6 +57,10 @@ fn try_a_failed_sync(durability: Durability) -> Option<(MemFs, Clock, Config, En
             engine.sync().unwrap();
         }
         set(&engine, format!("k{i}").as_bytes(), b"v");
+    }
+    if let Some(key) = deleted {
+        let (outcome, _) = engine.delete(key, None).unwrap();
+        assert!(matches!(outcome, larder_engine::DeleteOutcome::Deleted));
     }
     wait_until("the log reserved its whole segment", || {
         let names = fs.file_names(&config.dir);
@@ -283,11 +299,15 @@ fn a_heal_leaves_no_marker_and_a_power_cut_after_it_keeps_everything() {
 /// A heal whose copy is durable but whose old segment could be neither
 /// marked copied nor cut back (here by a failing write, then a failing
 /// sync, found by search rather than counted by hand).
-fn healed_with_the_old_tail_left(copied: bool) -> (MemFs, Clock, Config, Engine) {
+fn healed_with_the_old_tail_left(
+    copied: bool,
+    deleted: Option<&[u8]>,
+) -> (MemFs, Clock, Config, Engine) {
     (1..8)
         .flat_map(|write| (1..16).map(move |sync| (write, sync)))
         .find_map(|(write, sync)| {
-            let (fs, clock, config, engine) = after_a_failed_sync(Durability::EverySec);
+            let (fs, clock, config, engine) =
+                after_a_failed_sync_deleting(Durability::EverySec, deleted);
             fs.inject_nth(FaultKind::Eio, write);
             fs.inject_nth(FaultKind::EioOnSync, sync);
             engine.maintain_now();
@@ -312,7 +332,7 @@ fn healed_with_the_old_tail_left(copied: bool) -> (MemFs, Clock, Config, Engine)
 #[test]
 fn a_key_deleted_after_a_heal_that_left_the_old_tail_stays_deleted() {
     for copied in [true, false] {
-        let (fs, clock, config, engine) = healed_with_the_old_tail_left(copied);
+        let (fs, clock, config, engine) = healed_with_the_old_tail_left(copied, None);
         let old = unsynced_tail(&fs, &config).unwrap().file;
         let (deleted, ticket) = engine.delete(b"k25", None).unwrap();
         engine.commit(ticket).unwrap();
@@ -338,6 +358,34 @@ fn a_key_deleted_after_a_heal_that_left_the_old_tail_stays_deleted() {
             assert_eq!(contents(engine, &keys(ALL)).len(), ALL - 1, "{when}");
         });
     }
+}
+
+/// A key deleted among the unsynced records: the heal copies its tombstone
+/// to the new segment, which compaction then rewrites while the put the
+/// tombstone hides is still on disk (in the old segment, which keeps its
+/// unsure tail until the next open), so the tombstone must be kept each
+/// time. The key stays deleted after a kill and a restart, and after a
+/// power cut, which cut the old tail at the mark (the heal marked it
+/// copied): the kept tombstone alone then hides the put.
+#[test]
+fn a_key_deleted_just_before_a_heal_stays_deleted_once_the_copy_is_compacted() {
+    let (fs, clock, config, engine) = healed_with_the_old_tail_left(true, Some(b"k5"));
+    let old = unsynced_tail(&fs, &config).unwrap().file;
+    assert_eq!(value(&engine, b"k5"), None);
+    let compactions = engine.stats().compactions;
+    for round in 0..6 {
+        for i in 0..400 {
+            let value = format!("{round}");
+            set(&engine, format!("churn{i}").as_bytes(), value.as_bytes());
+        }
+        engine.compact_now(0.0).unwrap();
+    }
+    assert!(engine.stats().compactions > compactions);
+    assert_eq!(unsynced_tail(&fs, &config).map(|tail| tail.file), Some(old));
+    after_a_kill_and_a_power_cut(&fs, &config, &clock, engine, |engine, when| {
+        assert_eq!(value(engine, b"k5"), None, "{when}");
+        assert_eq!(contents(engine, &keys(ALL)).len(), ALL - 1, "{when}");
+    });
 }
 
 /// A kill at each `fdatasync` of the heal, just before it, then a restart
@@ -435,7 +483,7 @@ fn a_copy_a_failed_heal_cannot_remove_holds_off_every_heal_until_it_goes() {
 /// is compacted as any.
 #[test]
 fn a_segment_left_with_an_unsure_tail_waits_for_the_next_open_to_be_compacted() {
-    let (fs, clock, config, engine) = healed_with_the_old_tail_left(false);
+    let (fs, clock, config, engine) = healed_with_the_old_tail_left(false, None);
     let old = unsynced_tail(&fs, &config).unwrap().file;
     for i in 0..SYNCED {
         set(&engine, format!("k{i}").as_bytes(), b"w");
