@@ -1193,13 +1193,18 @@ mod tests {
                 let len = segment.len_bytes.load(Ordering::Acquire);
                 let start = u64::from(segment::HEADER_BYTES);
                 let mut deletes = 0;
-                crate::scan::scan(&*segment.file, start, len, |_, header, _| {
-                    deletes += usize::from(header.kind == Kind::Delete);
-                    Ok(())
-                })
-                .unwrap()
-                .1
-                .unwrap();
+                let (end, visited) =
+                    crate::scan::scan(&*segment.file, start, len, |_, header, _| {
+                        deletes += usize::from(header.kind == Kind::Delete);
+                        Ok(())
+                    })
+                    .unwrap();
+                visited.unwrap();
+                assert!(
+                    matches!(end, crate::scan::ScanEnd::Clean),
+                    "segment {}",
+                    segment.id
+                );
                 assert!(
                     deletes == 0 || segment.may_hold_tombstones(),
                     "segment {} holds {deletes} tombstones",

@@ -458,7 +458,7 @@ impl Log {
         encode(&mut state.buffer, ticket);
         assert_eq!((state.buffer.len() - before) as u64, len);
         // Under the lock, so before a rotation can seal the segment.
-        if record::holds_kind(state.buffer.get(before..).unwrap_or_default(), Kind::Delete) {
+        if record::may_hold_kind(state.buffer.get(before..).unwrap_or_default(), Kind::Delete) {
             state.active.note_tombstone();
         }
         let offset = state.end as u32;
@@ -1243,7 +1243,7 @@ pub struct Moved {
 }
 
 /// The puts among `records` (written at `base` in `old`, copied to `start`
-/// in `new`), and notes every record's seq in `new`.
+/// in `new`); notes every record's seq in `new`, and its tombstones.
 fn moved_records(
     records: &[u8],
     old: &Segment,

@@ -229,8 +229,10 @@ pub struct Segment {
     /// segment this process created empty and has written no tombstone to
     /// since: compaction then need not read its records to find the
     /// tombstones it must keep (see [`crate::tombstones::gather`]). Raised
-    /// before the segment can be compacted: under the log lock that seals
-    /// it for a log segment, before its hint for a compaction output.
+    /// before the segment can be compacted: for a log segment under the log
+    /// lock that seals it, for a compaction output before the tombstone's
+    /// bytes are written (a failed pass's output is compacted again
+    /// without a hint).
     may_hold_tombstones: AtomicBool,
 }
 
@@ -248,6 +250,26 @@ pub(crate) struct KeptTombstones {
 impl Segment {
     /// Wraps an open segment file.
     pub fn new(path: PathBuf, file: Arc<dyn FsFile>, header: SegmentHeader, len: u64) -> Segment {
+        // Unknown for a file already on disk.
+        Segment::with_tombstones(path, file, header, len, true)
+    }
+
+    /// Wraps a segment file just created, which holds its header alone.
+    pub(crate) fn new_empty(
+        path: PathBuf,
+        file: Arc<dyn FsFile>,
+        header: SegmentHeader,
+    ) -> Segment {
+        Segment::with_tombstones(path, file, header, u64::from(HEADER_BYTES), false)
+    }
+
+    fn with_tombstones(
+        path: PathBuf,
+        file: Arc<dyn FsFile>,
+        header: SegmentHeader,
+        len: u64,
+        may_hold_tombstones: bool,
+    ) -> Segment {
         Segment {
             id: header.id,
             path,
@@ -261,26 +283,18 @@ impl Segment {
             unsure_tail: AtomicBool::new(false),
             tombstone_bytes_kept: AtomicU64::new(0),
             tombstones: Mutex::new(KeptTombstones::default()),
-            // Unknown for a file already on disk.
-            may_hold_tombstones: AtomicBool::new(true),
+            may_hold_tombstones: AtomicBool::new(may_hold_tombstones),
         }
     }
 
-    /// Wraps a segment file just created, which holds its header alone.
-    pub fn new_empty(path: PathBuf, file: Arc<dyn FsFile>, header: SegmentHeader) -> Segment {
-        let segment = Segment::new(path, file, header, u64::from(HEADER_BYTES));
-        segment.may_hold_tombstones.store(false, Ordering::Relaxed);
-        segment
-    }
-
     /// Records that a tombstone was written to the file.
-    pub fn note_tombstone(&self) {
+    pub(crate) fn note_tombstone(&self) {
         self.may_hold_tombstones.store(true, Ordering::Release);
     }
 
     /// Whether the file may hold a tombstone; false only if it surely holds
     /// none.
-    pub fn may_hold_tombstones(&self) -> bool {
+    pub(crate) fn may_hold_tombstones(&self) -> bool {
         self.may_hold_tombstones.load(Ordering::Acquire)
     }
 
