@@ -1017,28 +1017,45 @@ pub(crate) fn release_removed(inner: &Inner) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
+
+    /// An engine over `fs` in /data, without syncs or background threads,
+    /// with segments of `segment_bytes`.
+    fn open_quiet(fs: &crate::fs::MemFs, segment_bytes: u32) -> Engine {
+        let mut config = Config::new("/data");
+        config.durability = Durability::None;
+        config.background_threads = false;
+        config.segment_bytes_max = segment_bytes;
+        Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap()
+    }
+
+    /// Sets `key{n}` for each n of `keys` to 100 bytes with `flags`,
+    /// committed.
+    fn write(engine: &Engine, keys: std::ops::Range<usize>, flags: u32) {
+        for key in keys {
+            let key = format!("key{key}");
+            let (_, ticket) = engine
+                .store(
+                    StoreMode::Set,
+                    key.as_bytes(),
+                    &[b'v'; 100],
+                    flags,
+                    Expiry::Never,
+                )
+                .unwrap();
+            engine.commit(ticket).unwrap();
+        }
+    }
 
     /// A segment a reader still holds keeps its file, under its temporary
     /// name, until the reader lets go: cutting it would cut the reader's
     /// value.
     #[test]
     fn a_removed_segment_a_reader_holds_is_deleted_only_after_the_reader_is_done() {
-        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
         let fs = crate::fs::MemFs::new();
-        let mut config = Config::new("/data");
-        config.durability = Durability::None;
-        config.background_threads = false;
-        config.segment_bytes_max = 4096;
-        let engine = Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap();
-        let value = [b'v'; 100];
+        let engine = open_quiet(&fs, 4096);
         for round in 0..2 {
-            for key in 0..100 {
-                let key = format!("key{key}");
-                let (_, ticket) = engine
-                    .store(StoreMode::Set, key.as_bytes(), &value, round, Expiry::Never)
-                    .unwrap();
-                engine.commit(ticket).unwrap();
-            }
+            write(&engine, 0..100, round);
         }
         let inner = &engine.inner;
         let first = inner.segments.all().first().map(Arc::clone).unwrap();
@@ -1067,13 +1084,7 @@ mod tests {
 
         // Without a crash, the file goes once the reader lets go.
         let held = engine.inner.segments.all().first().map(Arc::clone).unwrap();
-        for key in 0..100 {
-            let key = format!("key{key}");
-            let (_, ticket) = engine
-                .store(StoreMode::Set, key.as_bytes(), &value, 2, Expiry::Never)
-                .unwrap();
-            engine.commit(ticket).unwrap();
-        }
+        write(&engine, 0..100, 2);
         let removed_name = format!("{}.removed.tmp", segment::segment_name(held.id));
         assert!(engine.compact_now(0.5).unwrap() >= 1);
         assert!(names().contains(&removed_name), "{:?}", names());
@@ -1088,31 +1099,9 @@ mod tests {
     /// than half dead; past it, it compacts.
     #[test]
     fn a_small_data_set_gets_a_segment_of_room() {
-        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
         let fs = crate::fs::MemFs::new();
         let segment_bytes = 16 << 10;
-        let open = || {
-            let mut config = Config::new("/data");
-            config.durability = Durability::None;
-            config.background_threads = false;
-            config.segment_bytes_max = segment_bytes;
-            Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap()
-        };
-        let write = |engine: &Engine, keys: std::ops::Range<usize>, round: u32| {
-            for key in keys {
-                let key = format!("key{key}");
-                let (_, ticket) = engine
-                    .store(
-                        StoreMode::Set,
-                        key.as_bytes(),
-                        &[b'v'; 100],
-                        round,
-                        Expiry::Never,
-                    )
-                    .unwrap();
-                engine.commit(ticket).unwrap();
-            }
-        };
+        let open = || open_quiet(&fs, segment_bytes);
         let engine = open();
         write(&engine, 0..40, 0);
         write(&engine, 0..24, 1);
@@ -1157,30 +1146,8 @@ mod tests {
     /// alone to says so.
     #[test]
     fn a_segment_says_it_holds_no_tombstone_only_if_it_holds_none() {
-        use crate::{Clock, Config, Durability, Engine, Expiry, StoreMode};
         let fs = crate::fs::MemFs::new();
-        let open = || {
-            let mut config = Config::new("/data");
-            config.durability = Durability::None;
-            config.background_threads = false;
-            config.segment_bytes_max = 4096;
-            Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap()
-        };
-        let write = |engine: &Engine, keys: std::ops::Range<usize>| {
-            for key in keys {
-                let key = format!("key{key}");
-                let (_, ticket) = engine
-                    .store(
-                        StoreMode::Set,
-                        key.as_bytes(),
-                        &[b'v'; 100],
-                        0,
-                        Expiry::Never,
-                    )
-                    .unwrap();
-                engine.commit(ticket).unwrap();
-            }
-        };
+        let open = || open_quiet(&fs, 4096);
         let delete = |engine: &Engine, key: usize| {
             let (_, ticket) = engine.delete(format!("key{key}").as_bytes(), None).unwrap();
             engine.commit(ticket).unwrap();
@@ -1217,7 +1184,7 @@ mod tests {
             (sure, holding, outputs)
         };
         let engine = open();
-        write(&engine, 0..100);
+        write(&engine, 0..100, 0);
         let (sure, holding, _) = check(&engine);
         assert_eq!(holding, 0);
         assert_eq!(sure, engine.inner.segments.all().len());
@@ -1228,7 +1195,7 @@ mod tests {
             delete(&engine, key);
         }
         for _ in 0..100 {
-            write(&engine, 50..51);
+            write(&engine, 50..51, 0);
         }
         assert!(check(&engine).1 > 0);
         // Compacted while the puts they hide are still on disk: kept, and
@@ -1237,7 +1204,7 @@ mod tests {
         let (sure, _, outputs) = check(&engine);
         assert!(sure > 0);
         assert!(outputs > 0, "a compaction output kept the tombstones");
-        write(&engine, 3..100);
+        write(&engine, 3..100, 0);
         engine.compact_now(0.0).unwrap();
         check(&engine);
         // What the open finds on disk may hold tombstones; what it writes
@@ -1245,7 +1212,7 @@ mod tests {
         engine.close().unwrap();
         let engine = open();
         assert_eq!(check(&engine).0, 1, "the new active segment alone");
-        write(&engine, 3..100);
+        write(&engine, 3..100, 0);
         assert!(check(&engine).0 > 1);
         for key in 0..100 {
             let found = engine.get(format!("key{key}").as_bytes()).unwrap();
