@@ -155,6 +155,19 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
+# thread_cpu_seconds PID NAME: CPU seconds (user + system) of the threads of
+# process PID named NAME (their `comm`), summed; 0.00 if it has none.
+thread_cpu_seconds() {
+    local pid="$1" name="$2" task total=0 stat
+    for task in /proc/"$pid"/task/*; do
+        [[ "$(cat "$task/comm" 2>/dev/null)" == "$name" ]] || continue
+        stat="$(cat "$task/stat" 2>/dev/null)" || continue
+        total="$(awk -v t="$total" -v hz="$(getconf CLK_TCK)" \
+            '{ printf "%.2f\n", t + ($12 + $13) / hz }' <<<"${stat##*) }")"
+    done
+    printf '%.2f\n' "$total"
+}
+
 # server_stats PORT: the `stats` reply of the memcached-protocol server on
 # 127.0.0.1:PORT as "NAME VALUE" lines; fails if it cannot connect.
 server_stats() {

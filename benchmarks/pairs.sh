@@ -2,7 +2,9 @@
 # Alternating pairs: two servers (or two builds of Larder) measured one after
 # the other on one cell, again and again, so that a small difference can be
 # told from this machine's drift. Gives the median of the per-pair ratios
-# B/A, each side's server CPU per request and the CPU the host stole.
+# B/A, each side's server CPU per request and the CPU the host stole; for a
+# Larder, also the bytes compaction wrote per byte logged and its compactor
+# thread's CPU per request.
 #
 # Usage: A=SPEC B=SPEC benchmarks/pairs.sh          (see BENCHMARKS.md)
 #
@@ -173,7 +175,8 @@ log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 # ------------------------------------------------------------------- runs
 # run_side SIDE PAIR: one run of side A or B: start, preload, measure, stop.
 # Writes raw/pairPAIR-SIDE.json (larder bench), .cpu (the server's CPU
-# seconds over the whole larder bench run: connecting, warm-up, measuring)
+# seconds over the whole larder bench run: connecting, warm-up, measuring;
+# for Larder also its compactor thread's, `larder-compact`)
 # .steal (the percent of the machine's CPU time the host stole then) and
 # .settle (how long it waited after the preload for the machine to be quiet).
 run_side() {
@@ -206,19 +209,25 @@ run_side() {
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
         -P "$PIPELINE" --ratio "$RATIO" "${KEY_PATTERN[@]}" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
-    local cpu_before_s cpu_after_s ticks_before
+    local cpu_before_s cpu_after_s ticks_before compactor_before_s compactor_after_s
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-before"
     cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
+    compactor_before_s="$(thread_cpu_seconds "$pid" larder-compact)"
     ticks_before="$(host_ticks)"
     "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
     write_steal "$RAW/pair$pair-$side.steal" "$ticks_before" "$(host_ticks)"
     cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
+    compactor_after_s="$(thread_cpu_seconds "$pid" larder-compact)"
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-after"
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
-    printf '{"server_cpu_s": %s}\n' \
+    local compactor=null
+    if [[ "$name" == larder-* ]]; then
+        compactor="$(awk -v a="$compactor_before_s" -v b="$compactor_after_s" 'BEGIN { printf "%.2f", b - a }')"
+    fi
+    printf '{"server_cpu_s": %s, "compactor_cpu_s": %s}\n' \
         "$(awk -v a="$cpu_before_s" -v b="$cpu_after_s" 'BEGIN { printf "%.2f", b - a }')" \
-        >"$RAW/pair$pair-$side.cpu"
+        "$compactor" >"$RAW/pair$pair-$side.cpu"
     stop_server "$side"
     rm -rf -- "$dir"
     local summary

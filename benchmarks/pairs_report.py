@@ -40,6 +40,10 @@ def load_run(path: Path) -> dict:
         "errors": bench["errors"],
         "server_cpu_s": cpu["server_cpu_s"],
         "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
+        # A Larder's compactor thread alone (older results do not have it).
+        "compactor_cpu_us_per_request": (cpu["compactor_cpu_s"] * 1e6 / served
+                                         if cpu.get("compactor_cpu_s") is not None and served > 0
+                                         else None),
         "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
         "wait_after_preload": settle_of(path.with_suffix(".settle")),
         "compaction_bytes_per_logged_byte": compaction_per_logged_byte(path),
@@ -153,7 +157,8 @@ def build(results_dir: Path) -> dict:
             "ops_per_second": spread([p[side]["ops_per_second"] for p in pairs]),
             "p99_us": spread([p[side]["p99_us"] for p in pairs]),
         }
-        for figure in ("server_cpu_us_per_request", "compaction_bytes_per_logged_byte"):
+        for figure in ("server_cpu_us_per_request", "compactor_cpu_us_per_request",
+                       "compaction_bytes_per_logged_byte"):
             values = [p[side].get(figure) for p in pairs]
             if all(v is not None for v in values):
                 summary[side][figure] = spread(values)
@@ -233,6 +238,11 @@ def markdown(doc: dict) -> str:
     if compacted:
         md += ["", "Bytes compaction wrote per byte logged during the runs (Larder's `stats`), "
                f"median [min-max]: {'; '.join(compacted)}."]
+    compactor = [f"{side} {c['median']:.2f} [{c['min']:.2f}-{c['max']:.2f}]" for side in ("A", "B")
+                 if (c := s[side].get("compactor_cpu_us_per_request"))]
+    if compactor:
+        md += ["", "CPU of Larder's compactor thread (`larder-compact`) in µs per request, "
+               f"median [min-max]: {'; '.join(compactor)}."]
     return "\n".join(md) + "\n"
 
 

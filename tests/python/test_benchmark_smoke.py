@@ -364,6 +364,8 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
             # Both sides are Larders that logged sets: the report reads
             # their stats from around the run.
             assert run["compaction_bytes_per_logged_byte"] >= 0, (p["pair"], side)
+            assert 0 <= run["compactor_cpu_us_per_request"] <= run["server_cpu_us_per_request"], \
+                (p["pair"], side)
         assert p["ratio_b_to_a"] == p["B"]["ops_per_second"] / p["A"]["ops_per_second"]
     ratios = [p["ratio_b_to_a"] for p in doc["pairs"]]
     assert doc["summary"]["ratio_b_to_a"]["median"] == statistics.median(ratios)

@@ -128,6 +128,49 @@ def test_the_report_gives_no_compaction_figure_without_both_stats(tmp_path):
     assert "per byte logged" not in markdown(doc)
 
 
+def test_the_report_gives_the_compactor_threads_cpu_per_request(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    # 10,000 ops/s over 4.5 s (measured and warm-up): 45,000 requests.
+    for n, (a, b) in enumerate([(0.045, 0.009), (0.0225, 0.018), (0.036, None)], start=1):
+        for side, seconds in (("A", a), ("B", b)):
+            write_run(raw, f"pair{n}-{side}", 10_000.0, 0.0)
+            cpu = {"server_cpu_s": 0.9, "compactor_cpu_s": seconds}
+            (raw / f"pair{n}-{side}.cpu").write_text(json.dumps(cpu))
+    doc = build(tmp_path)
+    assert doc["pairs"][0]["A"]["compactor_cpu_us_per_request"] == pytest.approx(1.0)
+    assert doc["pairs"][2]["B"]["compactor_cpu_us_per_request"] is None
+    assert doc["summary"]["A"]["compactor_cpu_us_per_request"] == pytest.approx(
+        {"median": 0.8, "min": 0.5, "max": 1.0})
+    # B lacks it in one pair (not a Larder there, or an older result): no summary.
+    assert "compactor_cpu_us_per_request" not in doc["summary"]["B"]
+    assert "compactor thread (`larder-compact`) in µs per request, median [min-max]: " \
+        "A 0.80 [0.50-1.00]." in markdown(doc)
+
+
+def test_the_cpu_of_threads_is_read_by_their_name(tmp_path):
+    # This process's own threads: the main one is named after the program,
+    # and no thread here is named larder-compact.
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; ' \
+        'thread_cpu_seconds "$1" "$2"; thread_cpu_seconds "$1" larder-compact'
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        name = Path(f"/proc/{busy.pid}/comm").read_text().strip()
+        deadline = 200
+        while deadline and float(subprocess.run(
+                ["bash", "-c", script, "bash", str(busy.pid), name],
+                check=True, capture_output=True, text=True).stdout.split()[0]) < 0.05:
+            deadline -= 1
+            subprocess.run(["sleep", "0.05"], check=True)
+        out = subprocess.run(["bash", "-c", script, "bash", str(busy.pid), name],
+                             check=True, capture_output=True, text=True).stdout.split()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert float(out[0]) >= 0.05
+    assert out[1] == "0.00"
+
+
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
     out = tmp_path / "run.steal"
     script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; write_steal "$1" "$2" "$3"'
