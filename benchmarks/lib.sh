@@ -149,8 +149,14 @@ record() {
 
 # cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so far.
 cpu_seconds() {
-    local pid="$1" stat
-    stat="$(cat "/proc/$pid/stat")" || return 1
+    stat_cpu_seconds "/proc/$1/stat"
+}
+
+# stat_cpu_seconds FILE: user + system CPU seconds from a /proc stat FILE
+# (of a process or of one of its threads); fails if it cannot be read.
+stat_cpu_seconds() {
+    local stat
+    stat="$(cat "$1" 2>/dev/null)" || return 1
     # Fields after the ") " that ends the command name: utime is 12th, stime 13th.
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
@@ -158,12 +164,11 @@ cpu_seconds() {
 # thread_cpu_seconds PID NAME: CPU seconds (user + system) of the threads of
 # process PID named NAME (their `comm`), summed; 0.00 if it has none.
 thread_cpu_seconds() {
-    local pid="$1" name="$2" task total=0 stat
+    local pid="$1" name="$2" task seconds total=0
     for task in /proc/"$pid"/task/*; do
         [[ "$(cat "$task/comm" 2>/dev/null)" == "$name" ]] || continue
-        stat="$(cat "$task/stat" 2>/dev/null)" || continue
-        total="$(awk -v t="$total" -v hz="$(getconf CLK_TCK)" \
-            '{ printf "%.2f\n", t + ($12 + $13) / hz }' <<<"${stat##*) }")"
+        seconds="$(stat_cpu_seconds "$task/stat")" || continue
+        total="$(awk -v a="$total" -v b="$seconds" 'BEGIN { printf "%.2f", a + b }')"
     done
     printf '%.2f\n' "$total"
 }

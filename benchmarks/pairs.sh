@@ -212,17 +212,17 @@ run_side() {
     local cpu_before_s cpu_after_s ticks_before compactor_before_s compactor_after_s
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-before"
     cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
-    compactor_before_s="$(thread_cpu_seconds "$pid" larder-compact)"
+    compactor_before_s="$(larder_compactor_seconds "$name" "$pid")"
     ticks_before="$(host_ticks)"
     "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
     write_steal "$RAW/pair$pair-$side.steal" "$ticks_before" "$(host_ticks)"
     cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
-    compactor_after_s="$(thread_cpu_seconds "$pid" larder-compact)"
+    compactor_after_s="$(larder_compactor_seconds "$name" "$pid")"
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-after"
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
     local compactor=null
-    if [[ "$name" == larder-* ]]; then
+    if [[ -n "$compactor_before_s" ]]; then
         compactor="$(awk -v a="$compactor_before_s" -v b="$compactor_after_s" 'BEGIN { printf "%.2f", b - a }')"
     fi
     printf '{"server_cpu_s": %s, "compactor_cpu_s": %s}\n' \
@@ -234,6 +234,13 @@ run_side() {
     summary="$("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")" \
         || die "cannot read the run in $RAW/pair$pair-$side.json"
     log "  pair $pair $side ($spec): $summary; after the preload, waited ${settled/ / s, machine }"
+}
+
+# larder_compactor_seconds NAME PID: for a Larder, the CPU seconds of its
+# compactor thread so far; nothing for other servers.
+larder_compactor_seconds() {
+    [[ "$1" == larder-* ]] || return 0
+    thread_cpu_seconds "$2" larder-compact
 }
 
 # larder_stats NAME PORT FILE: for a Larder, its `stats` into FILE (the
