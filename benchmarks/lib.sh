@@ -147,16 +147,11 @@ record() {
     printf '%s: %s\n' "$label" "$line" >>"$COMMANDS"
 }
 
-# cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so far.
+# cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so
+# far; fails if it cannot be read.
 cpu_seconds() {
-    stat_cpu_seconds "/proc/$1/stat"
-}
-
-# stat_cpu_seconds FILE: user + system CPU seconds from a /proc stat FILE
-# (of a process or of one of its threads); fails if it cannot be read.
-stat_cpu_seconds() {
     local stat
-    stat="$(cat "$1" 2>/dev/null)" || return 1
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
     # Fields after the ") " that ends the command name: utime is 12th, stime 13th.
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
@@ -164,13 +159,8 @@ stat_cpu_seconds() {
 # thread_cpu_seconds PID NAME: CPU seconds (user + system) of the threads of
 # process PID named NAME (their `comm`), summed; 0.00 if it has none.
 thread_cpu_seconds() {
-    local pid="$1" name="$2" task seconds total=0
-    for task in /proc/"$pid"/task/*; do
-        [[ "$(cat "$task/comm" 2>/dev/null)" == "$name" ]] || continue
-        seconds="$(stat_cpu_seconds "$task/stat")" || continue
-        total="$(awk -v a="$total" -v b="$seconds" 'BEGIN { printf "%.2f", a + b }')"
-    done
-    printf '%.2f\n' "$total"
+    thread_ticks "$1" | awk -v name="$2" -v hz="$(getconf CLK_TCK)" \
+        '$1 == name { ticks = $2 } END { printf "%.2f\n", ticks / hz }'
 }
 
 # server_stats PORT: the `stats` reply of the memcached-protocol server on
@@ -192,11 +182,14 @@ stat_value() { awk -v name="$1" '$1 == name { print $2 }'; }
 
 # thread_ticks PID: one "NAME TICKS" line per thread name of process PID,
 # the CPU clock ticks (user + system) its threads of that name have used so
-# far, sorted by name (for join). Used by the record scripts under results/.
+# far, sorted by name (for join).
 thread_ticks() {
-    local task
+    local task comm ticks
     for task in /proc/"$1"/task/*; do
-        echo "$(cat "$task/comm") $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$task/stat")"
+        # A thread that ends meanwhile is left out.
+        comm="$(cat "$task/comm" 2>/dev/null)" \
+            && ticks="$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$task/stat" 2>/dev/null)" \
+            && echo "$comm $ticks"
     done | awk '{ sum[$1] += $2 } END { for (name in sum) print name, sum[name] }' | sort
 }
 
