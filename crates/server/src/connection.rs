@@ -24,6 +24,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+/// Whether the server has begun to shut down. The channel only ever changes
+/// once, from `false` to `true`, and every connection's receiver is cloned
+/// from the one made with `false` before that (the listener is closed
+/// first); a sender dropped means the same. An atomic load, where
+/// `borrow` would take the channel's lock on every request of every
+/// connection, each taking the lock's cache line from the other workers.
+fn stopping(shutdown: &watch::Receiver<bool>) -> bool {
+    shutdown.has_changed().unwrap_or(true)
+}
+
 /// Why a connection ended.
 #[derive(Debug, PartialEq, Eq)]
 enum End {
@@ -104,7 +114,7 @@ impl Connection {
                 Processed::OutputFull => continue,
                 Processed::NeedInput => {}
             }
-            if *shutdown.borrow() {
+            if stopping(shutdown) {
                 // Serve what the client sent before the shutdown (e.g. a
                 // pipeline of noreply sets), without waiting for more.
                 match self.stream.try_read_buf(&mut self.input) {
@@ -431,6 +441,21 @@ enum Processed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_sees_the_shutdown_once_it_is_sent_or_its_sender_is_gone() {
+        let (sender, made) = watch::channel(false);
+        let connection = made.clone();
+        assert!(!stopping(&connection));
+        sender.send(true).unwrap();
+        assert!(stopping(&connection));
+        assert!(stopping(&connection), "seen again, not only once");
+
+        let (sender, made) = watch::channel(false);
+        let connection = made.clone();
+        drop(sender);
+        assert!(stopping(&connection));
+    }
 
     /// Feeds `input` a stream of `request_bytes`-long requests in reads of
     /// up to `read_bytes` (never more than the free room, as a socket read
