@@ -186,10 +186,11 @@ stat_value() { awk -v name="$1" '$1 == name { print $2 }'; }
 thread_ticks() {
     local task comm ticks
     for task in /proc/"$1"/task/*; do
-        # A thread that ends meanwhile is left out.
-        comm="$(cat "$task/comm" 2>/dev/null)" \
-            && ticks="$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$task/stat" 2>/dev/null)" \
-            && echo "$comm $ticks"
+        # A thread that ends meanwhile is left out (and fails nothing).
+        if comm="$(cat "$task/comm" 2>/dev/null)" \
+            && ticks="$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$task/stat" 2>/dev/null)"; then
+            echo "$comm $ticks"
+        fi
     done | awk '{ sum[$1] += $2 } END { for (name in sum) print name, sum[name] }' | sort
 }
 

@@ -187,6 +187,19 @@ def test_the_cpu_of_threads_is_read_by_their_name(tmp_path):
     assert process >= compactor
 
 
+def test_the_cpu_of_threads_of_a_process_gone_is_none_and_fails_nothing():
+    # pairs.sh runs under `set -euo pipefail`: a thread (or the process)
+    # ending while it is read must not end the script.
+    script = f'set -euo pipefail; source "{REPO_ROOT}/benchmarks/lib.sh"; ' \
+        'thread_cpu_seconds "$1" larder-compact; thread_ticks "$1" >/dev/null; echo done'
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    out = subprocess.run(["bash", "-c", script, "bash", str(gone.pid)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.00", "done"]
+
+
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
     out = tmp_path / "run.steal"
     script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; write_steal "$1" "$2" "$3"'
