@@ -24,12 +24,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// Whether the server has begun to shut down. The channel only ever changes
-/// once, from `false` to `true`, and every connection's receiver is cloned
-/// from the one made with `false` before that (the listener is closed
-/// first); a sender dropped means the same. An atomic load, where
-/// `borrow` would take the channel's lock on every request of every
-/// connection, each taking the lock's cache line from the other workers.
+/// Whether the server has begun to shut down: whether `shutdown` has seen
+/// the channel change since the version it was cloned with, or its sender
+/// is gone. The channel only ever changes once, from `false` to `true`, and
+/// no receiver that reaches here has been marked as having seen a version
+/// (by `changed`, `borrow_and_update` or `mark_unchanged`): one that had
+/// would answer `false` after the shutdown. An atomic load, where `borrow`
+/// would take the channel's lock on every request of every connection, each
+/// taking the lock's cache line from the other workers.
 fn stopping(shutdown: &watch::Receiver<bool>) -> bool {
     shutdown.has_changed().unwrap_or(true)
 }
@@ -49,6 +51,8 @@ enum End {
 /// Serves one connection until it ends. Never panics on client input.
 pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
+    // Cloned before `stop` first awaits a change on `shutdown`, so never
+    // marked as having seen one (see [`stopping`]).
     let shutdown_seen = shutdown.clone();
     let mut connection = Connection {
         stream,

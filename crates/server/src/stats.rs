@@ -519,8 +519,8 @@ mod tests {
 
     #[test]
     fn the_counters_every_get_and_set_adds_to_share_one_cache_line() {
-        use std::mem::offset_of;
-        assert_eq!(std::mem::align_of::<CommandCounts>(), 64);
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<CommandCounts>(), 64);
         for (name, offset) in [
             ("cmd_get", offset_of!(CommandCounts, cmd_get)),
             ("cmd_set", offset_of!(CommandCounts, cmd_set)),
@@ -529,9 +529,54 @@ mod tests {
             ("bytes_read", offset_of!(CommandCounts, bytes_read)),
             ("bytes_written", offset_of!(CommandCounts, bytes_written)),
             ("total_items", offset_of!(CommandCounts, total_items)),
+            ("cmd_meta", offset_of!(CommandCounts, cmd_meta)),
         ] {
-            assert!(offset + 8 <= 64, "{name} at byte {offset}");
+            assert!(
+                offset + size_of::<Counter>() <= 64,
+                "{name} at byte {offset}"
+            );
         }
+    }
+
+    #[test]
+    fn stats_prints_the_counters_in_memcacheds_order() {
+        let mut out = BytesMut::new();
+        CountTotals::default().write(&mut out);
+        let names: Vec<&str> = std::str::from_utf8(&out)
+            .unwrap()
+            .lines()
+            .map(|line| line.split(' ').nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cmd_get",
+                "cmd_set",
+                "cmd_flush",
+                "cmd_touch",
+                "cmd_meta",
+                "get_hits",
+                "get_misses",
+                "get_expired",
+                "get_flushed",
+                "delete_misses",
+                "delete_hits",
+                "incr_misses",
+                "incr_hits",
+                "decr_misses",
+                "decr_hits",
+                "cas_misses",
+                "cas_hits",
+                "cas_badval",
+                "touch_hits",
+                "touch_misses",
+                "store_too_large",
+                "store_no_memory",
+                "bytes_read",
+                "bytes_written",
+                "server_errors",
+            ]
+        );
     }
 
     #[test]
