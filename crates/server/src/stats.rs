@@ -35,10 +35,10 @@ impl Counter {
     }
 }
 
-/// `stored`: the counters in the order a slot holds them; `printed`: the
-/// same ones in the order `stats` prints them (memcached's).
+/// Each counter with its place in memcached's `stats` output, listed in the
+/// order a slot holds them.
 macro_rules! command_counts {
-    (stored: [$($stored:ident),* $(,)?], printed: [$($name:ident),* $(,)?] $(,)?) => {
+    ($($name:ident = $printed:literal),* $(,)?) => {
         /// One slot of counts (see [`Counts`]), on cache lines of its own
         /// so that connections on different threads never write one line.
         /// The counters every get or set adds to come first, on the first
@@ -48,17 +48,22 @@ macro_rules! command_counts {
         #[repr(align(64))]
         pub struct CommandCounts {
             $(
-                #[doc = concat!("memcached's `", stringify!($stored), "`.")]
-                pub $stored: Counter,
+                #[doc = concat!("memcached's `", stringify!($name), "`.")]
+                pub $name: Counter,
             )*
         }
 
-        // Every stored counter is printed (and summed) once: each printed
-        // one is a field (or `add` would not compile), neither list names
-        // one twice (or a struct would not), and they are as long.
-        const _: () = assert!(
-            [$(stringify!($stored)),*].len() == [$(stringify!($name)),*].len()
-        );
+        // The places in the output are 0, 1, ... each once.
+        const _: () = {
+            const PLACES: &[usize] = &[$($printed),*];
+            let mut taken = [false; PLACES.len()];
+            let mut index = 0;
+            while index < PLACES.len() {
+                assert!(PLACES[index] < PLACES.len() && !taken[PLACES[index]]);
+                taken[PLACES[index]] = true;
+                index += 1;
+            }
+        };
 
         /// Counts summed over connections.
         #[derive(Debug, Default, Clone, Copy)]
@@ -84,78 +89,51 @@ macro_rules! command_counts {
                 }
             }
 
-            /// Writes every counter as a `STAT` line, but `total_items`,
-            /// which memcached prints among the item figures.
+            /// Writes every counter as a `STAT` line in memcached's order,
+            /// but `total_items`, which memcached prints among the item
+            /// figures.
             fn write(&self, out: &mut BytesMut) {
-                $(
-                    if stringify!($name) != "total_items" {
-                        write_stat_u64(out, stringify!($name).as_bytes(), self.$name);
+                let mut lines = [$(($printed, stringify!($name), self.$name)),*];
+                lines.sort_unstable_by_key(|&(place, _, _)| place);
+                for (_, name, value) in lines {
+                    if name != "total_items" {
+                        write_stat_u64(out, name.as_bytes(), value);
                     }
-                )*
+                }
             }
         }
     };
 }
 
 command_counts!(
-    stored: [
-        // The first cache line.
-        cmd_get,
-        cmd_set,
-        get_hits,
-        get_misses,
-        bytes_read,
-        bytes_written,
-        total_items,
-        cmd_meta,
-        // The rest.
-        cmd_flush,
-        cmd_touch,
-        get_expired,
-        get_flushed,
-        delete_misses,
-        delete_hits,
-        incr_misses,
-        incr_hits,
-        decr_misses,
-        decr_hits,
-        cas_misses,
-        cas_hits,
-        cas_badval,
-        touch_hits,
-        touch_misses,
-        store_too_large,
-        store_no_memory,
-        server_errors,
-    ],
-    printed: [
-        cmd_get,
-        cmd_set,
-        cmd_flush,
-        cmd_touch,
-        cmd_meta,
-        get_hits,
-        get_misses,
-        get_expired,
-        get_flushed,
-        delete_misses,
-        delete_hits,
-        incr_misses,
-        incr_hits,
-        decr_misses,
-        decr_hits,
-        cas_misses,
-        cas_hits,
-        cas_badval,
-        touch_hits,
-        touch_misses,
-        store_too_large,
-        store_no_memory,
-        bytes_read,
-        bytes_written,
-        server_errors,
-        total_items,
-    ],
+    // The first cache line: what every get and set adds to.
+    cmd_get = 0,
+    cmd_set = 1,
+    get_hits = 5,
+    get_misses = 6,
+    bytes_read = 22,
+    bytes_written = 23,
+    total_items = 25,
+    cmd_meta = 4,
+    // The rest.
+    cmd_flush = 2,
+    cmd_touch = 3,
+    get_expired = 7,
+    get_flushed = 8,
+    delete_misses = 9,
+    delete_hits = 10,
+    incr_misses = 11,
+    incr_hits = 12,
+    decr_misses = 13,
+    decr_hits = 14,
+    cas_misses = 15,
+    cas_hits = 16,
+    cas_badval = 17,
+    touch_hits = 18,
+    touch_misses = 19,
+    store_too_large = 20,
+    store_no_memory = 21,
+    server_errors = 24,
 );
 
 /// Every connection's counts, in slots that outlive their connections.
