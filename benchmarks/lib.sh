@@ -156,6 +156,10 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
 }
 
+# seconds_between BEFORE AFTER: AFTER - BEFORE, two readings in seconds
+# (of cpu_seconds, say), to the hundredth.
+seconds_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", b - a }'; }
+
 # thread_cpu_seconds PID NAME: CPU seconds (user + system) of the threads of
 # process PID named NAME (their `comm`), summed; 0.00 if it has none.
 thread_cpu_seconds() {

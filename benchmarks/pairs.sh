@@ -223,10 +223,10 @@ run_side() {
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
     local compactor=null
     if [[ -n "$compactor_before_s" ]]; then
-        compactor="$(awk -v a="$compactor_before_s" -v b="$compactor_after_s" 'BEGIN { printf "%.2f", b - a }')"
+        compactor="$(seconds_between "$compactor_before_s" "$compactor_after_s")"
     fi
     printf '{"server_cpu_s": %s, "compactor_cpu_s": %s}\n' \
-        "$(awk -v a="$cpu_before_s" -v b="$cpu_after_s" 'BEGIN { printf "%.2f", b - a }')" \
+        "$(seconds_between "$cpu_before_s" "$cpu_after_s")" \
         "$compactor" >"$RAW/pair$pair-$side.cpu"
     stop_server "$side"
     rm -rf -- "$dir"

@@ -361,7 +361,7 @@ run_cell() {
         return 1
     fi
     after="$(cpu_seconds "$pid")"
-    awk -v b="$before" -v a="$after" 'BEGIN { printf "{\"cpu_s\": %.2f}\n", a - b }' >"$out.server-cpu"
+    printf '{"cpu_s": %s}\n' "$(seconds_between "$before" "$after")" >"$out.server-cpu"
     [[ -s "$out.err" ]] || rm -f "$out.err"
     log "  $exp $cell run $run: $("$PYTHON" "$SCRIPT_DIR/sql_report.py" --line "$out.out")"
 }

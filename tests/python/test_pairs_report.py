@@ -200,6 +200,13 @@ def test_the_cpu_of_threads_of_a_process_gone_is_none_and_fails_nothing():
     assert out.stdout.split() == ["0.00", "done"]
 
 
+def test_seconds_between_two_readings_is_their_difference_to_the_hundredth():
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; ' \
+        'seconds_between 1.25 3.50; seconds_between 12.00 12.00; seconds_between 0 0.126'
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)
+    assert out.stdout.split() == ["2.25", "0.00", "0.13"]
+
+
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
     out = tmp_path / "run.steal"
     script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; write_steal "$1" "$2" "$3"'
