@@ -52,10 +52,13 @@
 # work left running by the last run or by another server (Redis rewriting
 # its append-only file, Larder compacting) does not land on the next
 # server's run; each wait goes next to the run
-# (raw/<server>/<cell>-runN.settle), and so does the share of the
-# machine's CPU the host stole during the run (<cell>-runN.steal); the
-# report lists both. A server whose preload fails is left out of the run,
-# and the report says so.
+# (raw/<server>/<cell>-runN.settle), and so do the share of the
+# machine's CPU the host stole during the run (<cell>-runN.steal) and the
+# CPU the server's process used during it, all its threads, a Larder's
+# compactor thread also on its own (<cell>-runN.cpu; a child process, such
+# as Redis's rewrite of its append-only file, is not counted); the report
+# lists them. A server whose preload fails is left out of the run, and the
+# report says so.
 
 set -euo pipefail
 
@@ -253,10 +256,19 @@ for workload in $WORKLOADS; do
                     # measured server's or another's, ends before this one
                     # starts, unless it outlasts SETTLE_SECONDS_MAX.
                     settle "$SETTLE_SECONDS_MAX" >"${out%.json}.settle"
+                    # The server's CPU over the run, next to it
+                    # (<cell>-runN.cpu): report.py gives it per request.
+                    pid="${SERVER_PID[$server]}"
+                    cpu_before="$(cpu_reading "$server" "$pid")" || cpu_before=""
                     if ! bench CLIENT_PIN "$out" "${PORT_OF[$server]}" "$(protocol_of "$server")" \
                         -t "$threads" -c "$per_thread" -P "$pipeline" --ratio "$ratio" \
                         -d "$DURATION" --warmup "$WARMUP" --seed "$round"; then
                         continue
+                    fi
+                    if [[ -n "$cpu_before" ]] && cpu_after="$(cpu_reading "$server" "$pid")"; then
+                        write_cpu "${out%.json}.cpu" "$cpu_before" "$cpu_after"
+                    else
+                        log "  no CPU reading of $server (pid $pid) around its $workload c=$conns P=$pipeline run $round"
                     fi
                     log "  $workload c=$conns P=$pipeline run $round $server: $("$PYTHON" "$SCRIPT_DIR/report.py" --line "$out")"
                 done

@@ -167,6 +167,32 @@ thread_cpu_seconds() {
         '$1 == name { ticks = $2 } END { printf "%.2f\n", ticks / hz }'
 }
 
+# cpu_reading NAME PID: "PROCESS COMPACTOR", the CPU seconds server NAME
+# (process PID) has used so far over all its threads, and for a Larder its
+# compactor thread's (`larder-compact`), "-" for other servers; fails if
+# /proc/PID/stat cannot be read (PID gone). Two readings make a run's .cpu
+# file (write_cpu).
+cpu_reading() {
+    local process compactor=-
+    process="$(cpu_seconds "$2")" || return 1
+    if [[ "$1" == larder-* ]]; then compactor="$(thread_cpu_seconds "$2" larder-compact)"; fi
+    echo "$process $compactor"
+}
+
+# write_cpu FILE BEFORE AFTER: from two cpu_reading readings taken around a
+# run, writes {"server_cpu_s": S, "compactor_cpu_s": C} to FILE, C null for
+# a server without a compactor. report.py turns it into CPU per request.
+write_cpu() {
+    local file="$1" process_before compactor_before process_after compactor_after compactor=null
+    read -r process_before compactor_before <<<"$2"
+    read -r process_after compactor_after <<<"$3"
+    if [[ "$compactor_before" != - && "$compactor_after" != - ]]; then
+        compactor="$(seconds_between "$compactor_before" "$compactor_after")"
+    fi
+    printf '{"server_cpu_s": %s, "compactor_cpu_s": %s}\n' \
+        "$(seconds_between "$process_before" "$process_after")" "$compactor" >"$file"
+}
+
 # server_stats PORT: the `stats` reply of the memcached-protocol server on
 # 127.0.0.1:PORT as "NAME VALUE" lines; fails if it cannot connect.
 server_stats() {

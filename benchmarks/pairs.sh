@@ -209,38 +209,23 @@ run_side() {
     local measure=("${CLIENT_PIN[@]}" "${bench[@]}" -t "$CLIENT_THREADS" -c "$((CONNS / CLIENT_THREADS))"
         -P "$PIPELINE" --ratio "$RATIO" "${KEY_PATTERN[@]}" -d "$DURATION" --warmup "$WARMUP" --seed "$pair" --json)
     record "pair $pair $side measure" "${measure[@]}"
-    local cpu_before_s cpu_after_s ticks_before compactor_before_s compactor_after_s
+    local cpu_before cpu_after ticks_before
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-before"
-    cpu_before_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited before its run"
-    compactor_before_s="$(larder_compactor_seconds "$name" "$pid")"
+    cpu_before="$(cpu_reading "$name" "$pid")" || die "$spec (pid $pid) exited before its run"
     ticks_before="$(host_ticks)"
     "${measure[@]}" >"$RAW/pair$pair-$side.json.tmp" 2>"$logf.bench" \
         || die "larder bench against $spec failed: $(tail -n 3 "$logf.bench" | tr '\n' ' ')"
     write_steal "$RAW/pair$pair-$side.steal" "$ticks_before" "$(host_ticks)"
-    cpu_after_s="$(cpu_seconds "$pid")" || die "$spec (pid $pid) exited during its run"
-    compactor_after_s="$(larder_compactor_seconds "$name" "$pid")"
+    cpu_after="$(cpu_reading "$name" "$pid")" || die "$spec (pid $pid) exited during its run"
     larder_stats "$name" "$port" "$RAW/pair$pair-$side.stats-after"
     mv "$RAW/pair$pair-$side.json.tmp" "$RAW/pair$pair-$side.json"
-    local compactor=null
-    if [[ -n "$compactor_before_s" ]]; then
-        compactor="$(seconds_between "$compactor_before_s" "$compactor_after_s")"
-    fi
-    printf '{"server_cpu_s": %s, "compactor_cpu_s": %s}\n' \
-        "$(seconds_between "$cpu_before_s" "$cpu_after_s")" \
-        "$compactor" >"$RAW/pair$pair-$side.cpu"
+    write_cpu "$RAW/pair$pair-$side.cpu" "$cpu_before" "$cpu_after"
     stop_server "$side"
     rm -rf -- "$dir"
     local summary
     summary="$("$PYTHON" "$SCRIPT_DIR/pairs_report.py" --line "$RAW/pair$pair-$side.json")" \
         || die "cannot read the run in $RAW/pair$pair-$side.json"
     log "  pair $pair $side ($spec): $summary; after the preload, waited ${settled/ / s, machine }"
-}
-
-# larder_compactor_seconds NAME PID: for a Larder, the CPU seconds of its
-# compactor thread so far; nothing for other servers.
-larder_compactor_seconds() {
-    [[ "$1" == larder-* ]] || return 0
-    thread_cpu_seconds "$2" larder-compact
 }
 
 # larder_stats NAME PORT FILE: for a Larder, its `stats` into FILE (the

@@ -24,26 +24,20 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import host_steal_percent, read_machine, settings_of, settle_of  # noqa: E402  (shared formats)
+from report import (  # noqa: E402  (shared formats)
+    cpu_per_request, host_steal_percent, read_machine, settings_of, settle_of, spread, spread_of)
 
 
 def load_run(path: Path) -> dict:
     """One run: throughput, latency and server CPU per request."""
     bench = json.loads(path.read_text())
-    cpu = json.loads(path.with_suffix(".cpu").read_text())
-    ops = bench["ops_per_second"]
-    served = ops * (bench["measured_seconds"] + bench["settings"]["warmup_seconds"])
     return {
-        "ops_per_second": ops,
+        "ops_per_second": bench["ops_per_second"],
         "p50_us": bench["latency"]["all"]["p50_us"],
         "p99_us": bench["latency"]["all"]["p99_us"],
         "errors": bench["errors"],
-        "server_cpu_s": cpu["server_cpu_s"],
-        "server_cpu_us_per_request": cpu["server_cpu_s"] * 1e6 / served if served > 0 else None,
-        # A Larder's compactor thread alone (older results do not have it).
-        "compactor_cpu_us_per_request": (cpu["compactor_cpu_s"] * 1e6 / served
-                                         if cpu.get("compactor_cpu_s") is not None and served > 0
-                                         else None),
+        # A Larder's compactor thread alone too (older results lack it).
+        **cpu_per_request(path.with_suffix(".cpu"), bench),
         "host_steal_percent": host_steal_percent(path.with_suffix(".steal")),
         "wait_after_preload": settle_of(path.with_suffix(".settle")),
         "compaction_bytes_per_logged_byte": compaction_per_logged_byte(path),
@@ -78,11 +72,6 @@ def line(path: Path) -> str:
     cpu_text = f"{cpu:.1f} us" if cpu is not None else "n/a"
     return (f"{run['ops_per_second']:,.0f} ops/s, p50 {run['p50_us']:,.0f} us, "
             f"p99 {run['p99_us']:,.0f} us, errors {run['errors']}, server CPU per request {cpu_text}")
-
-
-def spread(values: list[float]) -> dict:
-    """Median, min and max of `values`."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def ratio_at_equal_steal(pairs: list[dict]) -> dict | None:
@@ -159,9 +148,9 @@ def build(results_dir: Path) -> dict:
         }
         for figure in ("server_cpu_us_per_request", "compactor_cpu_us_per_request",
                        "compaction_bytes_per_logged_byte"):
-            values = [p[side].get(figure) for p in pairs]
-            if all(v is not None for v in values):
-                summary[side][figure] = spread(values)
+            figures = spread_of([p[side] for p in pairs], figure)
+            if figures is not None:
+                summary[side][figure] = figures
     return {"machine": read_machine(results_dir), "pairs": pairs, "incomplete_pairs": incomplete,
             "summary": summary}
 

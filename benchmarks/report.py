@@ -9,8 +9,11 @@ and writes RESULTS_DIR/results.json, RESULTS_DIR/results.md and one SVG chart
 per workload cell in RESULTS_DIR/charts/. Standard library only.
 
 Per cell and server: median, min and max of ops/s over the runs, the ratio of
-the median to memcached's median, and the median over runs of each latency
-percentile (p50, p99, p99.9 of all requests, in microseconds).
+the median to memcached's median, the median over runs of each latency
+percentile (p50, p99, p99.9 of all requests, in microseconds), the server's
+CPU per request (where the run's .cpu file was written), and for the issue's
+targets in how many runs Larder was ahead of the server it is measured
+against.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
             report["host_steal_percent"] = host_steal_percent(path.with_suffix(".steal"))
             report["round"] = int(run)
             report["settle"] = settle_of(path.with_suffix(".settle"))
+            report.update(cpu_per_request(path.with_suffix(".cpu"), report))
             cells.setdefault(key, {}).setdefault(server, []).append(report)
     return cells, failures
 
@@ -163,6 +167,56 @@ def host_steal_percent(path: Path) -> float | None:
         return None
 
 
+def cpu_per_request(path: Path, bench: dict) -> dict:
+    """A run's server CPU, from the .cpu file compare.sh and pairs.sh write
+    next to it (`write_cpu` in lib.sh): the seconds the server's process
+    used, and the microseconds per request of the whole process and of a
+    Larder's compactor thread alone. The CPU is read around the whole
+    `larder bench` run (connecting, warm-up, measuring), so the requests
+    it served are taken as its ops/s times warm-up plus measured seconds.
+    A figure not recorded (no file, or no compactor) is None."""
+    try:
+        cpu = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cpu = {}
+    served = bench["ops_per_second"] * (bench["measured_seconds"] + bench["settings"]["warmup_seconds"])
+
+    def per_request(seconds: float | None) -> float | None:
+        return seconds * 1e6 / served if seconds is not None and served > 0 else None
+
+    return {
+        "server_cpu_s": cpu.get("server_cpu_s"),
+        "server_cpu_us_per_request": per_request(cpu.get("server_cpu_s")),
+        "compactor_cpu_us_per_request": per_request(cpu.get("compactor_cpu_s")),
+    }
+
+
+def spread(values: list[float]) -> dict:
+    """Median, min and max of `values`."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def spread_of(reports: list[dict], field: str) -> dict | None:
+    """`spread` of one figure over the runs, or None if any run lacks it."""
+    values = [r.get(field) for r in reports]
+    if not values or any(v is None for v in values):
+        return None
+    return spread(values)
+
+
+def runs_ahead(mine: dict, theirs: dict) -> tuple[int, int] | None:
+    """In how many of the runs both servers had in a cell the first did more
+    ops/s than the second, and of how many: each run of a cell is taken
+    within a minute or two for every server (compare.sh interleaves them),
+    so this pairs runs under the same conditions, where the medians alone
+    can hide that one server was ahead in only a few. None when they
+    share no run."""
+    common = sorted(set(mine["ops_by_run"]) & set(theirs["ops_by_run"]))
+    if not common:
+        return None
+    return sum(mine["ops_by_run"][k] > theirs["ops_by_run"][k] for k in common), len(common)
+
+
 def order_servers(servers) -> list[str]:
     known = [s for s in SERVER_ORDER if s in servers]
     return known + sorted(s for s in servers if s not in SERVER_ORDER)
@@ -191,6 +245,9 @@ def summarise(reports: list[dict]) -> dict:
             "max": max(ops),
             "all": ops,
         },
+        "ops_by_run": {r["round"]: r["ops_per_second"] for r in reports},
+        "server_cpu_us_per_request": spread_of(reports, "server_cpu_us_per_request"),
+        "compactor_cpu_us_per_request": spread_of(reports, "compactor_cpu_us_per_request"),
         "latency_us": {
             "p50": med("p50_us"),
             "p90": med("p90_us"),
@@ -331,6 +388,10 @@ def target_checks(cells: dict) -> list[dict]:
     def get(key, server):
         return cells.get(key, {}).get(server)
 
+    def ahead_in_runs(mine: dict, theirs: dict, name: str) -> str:
+        counted = runs_ahead(mine, theirs)
+        return f"ahead of {name} in {counted[0]} of {counted[1]} runs" if counted else f"no run shared with {name}"
+
     for key in sorted(cells, key=cell_sort):
         workload, conns, pipeline = key
         base = get(key, BASELINE)
@@ -346,10 +407,11 @@ def target_checks(cells: dict) -> list[dict]:
                     continue
                 ratio = s["ops_per_second"]["median"] / bops
                 p99r = s["latency_us"]["p99"] / base["latency_us"]["p99"] if base["latency_us"]["p99"] else None
+                value = f"{ratio:.2f}x ops/s" + (f", p99 {p99r:.2f}x" if p99r is not None else "")
                 checks.append({
                     "target": "gets >= 1.0x memcached ops/s, p99 <= 1.2x",
                     "cell": where, "server": server,
-                    "value": f"{ratio:.2f}x ops/s, p99 {p99r:.2f}x" if p99r is not None else f"{ratio:.2f}x ops/s",
+                    "value": f"{value} ({ahead_in_runs(s, base, BASELINE)})",
                     "met": ratio >= 1.0 and (p99r is None or p99r <= 1.2),
                 })
         if workload == "set":
@@ -359,7 +421,7 @@ def target_checks(cells: dict) -> list[dict]:
                 checks.append({
                     "target": "sets with everysec >= 0.9x memcached",
                     "cell": where, "server": "larder-everysec",
-                    "value": f"{ratio:.2f}x", "met": ratio >= 0.9,
+                    "value": f"{ratio:.2f}x ({ahead_in_runs(s, base, BASELINE)})", "met": ratio >= 0.9,
                 })
             s = get(key, "larder-always")
             r = get(key, "redis-always")
@@ -368,7 +430,8 @@ def target_checks(cells: dict) -> list[dict]:
                 ahead = r is None or s["ops_per_second"]["median"] > r["ops_per_second"]["median"]
                 vs = ""
                 if r is not None:
-                    vs = f", {s['ops_per_second']['median'] / r['ops_per_second']['median']:.2f}x redis-always"
+                    vs = (f", {s['ops_per_second']['median'] / r['ops_per_second']['median']:.2f}x redis-always "
+                          f"({ahead_in_runs(s, r, 'redis-always')})")
                 checks.append({
                     "target": "sets with always >= 0.5x memcached and ahead of Redis AOF always"
                     + ("" if conns == 500 else " (target is at 500 conns; shown as an indication)"),
@@ -406,6 +469,17 @@ def glance(cells: dict, ordered_keys: list) -> list[str]:
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return lines
+
+
+def cpu_text(summary: dict) -> str:
+    """A server's CPU per request in a cell, for the cell's table: the
+    process's median [min-max], and a Larder's compactor's median."""
+    cpu = summary.get("server_cpu_us_per_request")
+    if cpu is None:
+        return "n/a"
+    text = f"{cpu['median']:.1f} [{cpu['min']:.1f}-{cpu['max']:.1f}]"
+    compactor = summary.get("compactor_cpu_us_per_request")
+    return text + (f" (compactor {compactor['median']:.2f})" if compactor is not None else "")
 
 
 def cell_sort(key):
@@ -522,7 +596,9 @@ def main() -> int:
         "",
         placement(settings_of(machine)) + " "
         "ops/s: median of the runs, [min-max]; latency: median over runs of each percentile, "
-        "of all requests, measured from when each request was due. CPU stolen by the host: the "
+        "of all requests, measured from when each request was due. Server CPU: the CPU time the "
+        "server's process used over a run (all its threads; a Larder's compactor thread also alone; "
+        "child processes not counted) per request it served, warm-up included. CPU stolen by the host: the "
         "percent of all vCPUs' time during each run that the host gave to something else "
         "(`steal` in /proc/stat); runs with much stolen were slower, for every server, on the machine "
         "these scripts were written on.",
@@ -535,8 +611,8 @@ def main() -> int:
         md.append(f"## {cell_title(*key)}")
         md.append("")
         md.append("| server | ops/s median [min-max] | vs memcached | p50 µs | p99 µs | p99.9 µs | runs | errors "
-                  "| CPU stolen by the host, % per run [most] |")
-        md.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+                  "| server CPU µs/request median [min-max] | CPU stolen by the host, % per run [most] |")
+        md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for server in order_servers(cell):
             s = cell[server]
             o = s["ops_per_second"]
@@ -550,10 +626,10 @@ def main() -> int:
             md.append(
                 f"| {server} | {o['median']:,.0f} [{o['min']:,.0f}-{o['max']:,.0f}] | {ratio} | "
                 f"{lat['p50']:,.0f} | {lat['p99']:,.0f} | {lat['p999']:,.0f} | {s['runs']} | {err_text if errs else 0} "
-                f"| {steal_text} |"
+                f"| {cpu_text(s)} | {steal_text} |"
             )
         for server, n in sorted(failures.get(key, {}).items()):
-            md.append(f"| {server} | failed ({n} runs) | | | | | | | |")
+            md.append(f"| {server} | failed ({n} runs) | | | | | | | | |")
         md.append("")
         if cell:
             md.append(f"![{cell_title(*key)}](charts/{cell_id(*key)}.svg)")

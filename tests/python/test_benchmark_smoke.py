@@ -81,6 +81,13 @@ def test_compare_script_measures_every_cell(tmp_path):
             stolen = figures["host_steal_percent"]
             assert stolen is not None and len(stolen["all"]) == 1, where
             assert 0 <= stolen["max"] <= 100, where
+            # A second of requests costs any server some hundredths of a
+            # second of CPU, which /proc counts; only a Larder has a compactor.
+            cpu = figures["server_cpu_us_per_request"]
+            assert cpu is not None and cpu["median"] > 0, where
+            compactor = figures["compactor_cpu_us_per_request"]
+            assert (compactor is not None) == server.startswith("larder-"), where
+            assert compactor is None or 0 <= compactor["median"] <= cpu["median"], where
         assert cell["servers"]["memcached"]["ratio_to_memcached"] == 1.0
     for server in ("memcached", "larder-everysec", "larder-always"):
         busy = []

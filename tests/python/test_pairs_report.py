@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +206,37 @@ def test_seconds_between_two_readings_is_their_difference_to_the_hundredth():
         'seconds_between 1.25 3.50; seconds_between 12.00 12.00; seconds_between 0 0.126'
     out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)
     assert out.stdout.split() == ["2.25", "0.00", "0.13"]
+
+
+def test_a_runs_cpu_file_is_the_difference_of_two_readings(tmp_path):
+    # cpu_reading gives "PROCESS COMPACTOR", "-" for a server without a
+    # compactor; write_cpu turns two of them into the run's .cpu file.
+    larder, other = tmp_path / "larder.cpu", tmp_path / "memcached.cpu"
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; ' \
+        'write_cpu "$1" "1.25 0.50" "3.50 0.75"; write_cpu "$2" "4.00 -" "4.10 -"'
+    subprocess.run(["bash", "-c", script, "bash", str(larder), str(other)], check=True)
+    assert json.loads(larder.read_text()) == {"server_cpu_s": 2.25, "compactor_cpu_s": 0.25}
+    assert json.loads(other.read_text()) == {"server_cpu_s": 0.1, "compactor_cpu_s": None}
+
+
+def test_a_cpu_reading_names_a_compactor_only_for_a_larder_and_fails_for_a_process_gone():
+    script = f'source "{REPO_ROOT}/benchmarks/lib.sh"; cpu_reading "$1" "$2"'
+
+    def reading(name: str, pid: int) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", script, "bash", name, str(pid)], capture_output=True, text=True)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        larder, other = reading("larder-everysec", sleeper.pid), reading("memcached", sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # The sleeper has no thread named larder-compact: 0.00 for a Larder.
+    assert larder.returncode == 0 and larder.stdout.split()[1] == "0.00", larder
+    assert other.returncode == 0 and other.stdout.split()[1] == "-", other
+    # The process's own seconds, to the hundredth, as cpu_seconds gives them.
+    assert re.fullmatch(r"\d+\.\d\d", larder.stdout.split()[0]), larder
+    assert re.fullmatch(r"\d+\.\d\d", other.stdout.split()[0]), other
+    assert reading("larder-everysec", sleeper.pid).returncode != 0
 
 
 def steal_between(before: str, after: str, tmp_path: Path) -> Path:
