@@ -73,8 +73,9 @@ def read_machine(results_dir: Path) -> dict[str, str]:
 
 
 def load_runs(raw: Path) -> tuple[dict, dict]:
-    """Returns cells[(workload, conns, pipeline)][server] -> list of reports,
-    failures[(workload, conns, pipeline)][server] -> count of failed runs."""
+    """Returns cells[(workload, conns, pipeline)][server] -> list of reports
+    in run order, failures[(workload, conns, pipeline)][server] -> count of
+    failed runs."""
     cells: dict = {}
     failures: dict = {}
     for server_dir in sorted(p for p in raw.iterdir() if p.is_dir()):
@@ -96,6 +97,10 @@ def load_runs(raw: Path) -> tuple[dict, dict]:
             report["settle"] = settle_of(path.with_suffix(".settle"))
             report.update(cpu_per_request(path.with_suffix(".cpu"), report))
             cells.setdefault(key, {}).setdefault(server, []).append(report)
+    # The files come in name order, where run10 precedes run2.
+    for by_server in cells.values():
+        for reports in by_server.values():
+            reports.sort(key=lambda r: r["round"])
     return cells, failures
 
 
@@ -251,7 +256,6 @@ def summarise(reports: list[dict]) -> dict:
             "median": statistics.median(ops),
             "min": min(ops),
             "max": max(ops),
-            "all": ops,
         },
         "ops_by_run": {r["round"]: r["ops_per_second"] for r in reports},
         "server_cpu_us_per_request": spread_of(reports, "server_cpu_us_per_request"),

@@ -144,3 +144,20 @@ def test_runs_are_compared_only_where_both_servers_have_them():
     assert run_by_run(mine, theirs, "them") == "per run 1.00x, ahead of them in 1 of 3"
     assert run_by_run(theirs, mine, "them") == "per run 1.00x, ahead of them in 1 of 3"
     assert run_by_run({"ops_by_run": {1: 10.0}}, {"ops_by_run": {2: 5.0}}, "them") == "no run shared with them"
+
+
+def test_runs_past_the_ninth_keep_their_order(tmp_path):
+    # File names sort run10 before run2; every per-run figure must not.
+    raw = tmp_path / "raw"
+    for run in range(1, 12):
+        write_run(raw, "memcached", "get-c50-p1", run, 1000.0 * run, cpu_for(1000.0 * run, 10.0))
+        (raw / "memcached" / f"get-c50-p1-run{run}.steal").write_text(
+            json.dumps({"host_steal_percent": float(run)}))
+    subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "report.py"), str(tmp_path)],
+                   check=True, capture_output=True)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    memcached = cell_of(doc, "get-c50-p1")["memcached"]
+    assert memcached["host_steal_percent"]["all"] == [float(run) for run in range(1, 12)]
+    assert list(memcached["ops_by_run"]) == [str(run) for run in range(1, 12)]
+    markdown = (tmp_path / "results.md").read_text()
+    assert "| " + ", ".join(f"{run:.1f}" for run in range(1, 12)) + " [11.0] |" in markdown
