@@ -405,14 +405,19 @@ fn plain<'a>(key: &MetaKey<'a>) -> Option<&'a [u8]> {
     (!key.is_base64()).then(|| key.wire())
 }
 
-/// Readies `input` for the next read: with less than [`READ_ROOM_BYTES_MIN`]
-/// free at its end, the unparsed bytes move to the front of the allocation
-/// when the consumed part before them is at least as large
-/// (`BytesMut::reserve` reclaims it, copying no more than they are), and
-/// only else does the buffer grow; a buffer left large by a big request is
+/// Readies `input` for the next read. Drained (every byte read so far
+/// parsed, as after each request of a client that waits for its reply), it
+/// reads to the start of its allocation again, into the cache lines the
+/// last requests warmed, rather than into the next cold ones: a buffer
+/// that marched on through its 16 KiB touched a few new lines on every
+/// request, and with hundreds of connections none of them were still
+/// cached when the connection's next request came. Otherwise, with less
+/// than [`READ_ROOM_BYTES_MIN`] free at its end, the unparsed bytes move to
+/// the front of the allocation when the consumed part before them is at
+/// least as large (`BytesMut::reserve` reclaims it, copying no more than
+/// they are), and only else does the buffer grow. A buffer left large by a big request is
 /// replaced by a new one of [`READ_BUFFER_BYTES_INITIAL`] when it is found
-/// drained with more than four times that free past its start (a buffer of
-/// a few megabytes drained with less stays until a later read finds it so).
+/// drained with an allocation of more than four times that.
 ///
 /// Reserving only once the buffer was completely full, as this once did,
 /// let reads stop at the buffer's end mid-request, and the first such stop
@@ -421,10 +426,18 @@ fn plain<'a>(key: &MetaKey<'a>) -> Option<&'a [u8]> {
 /// taken as fresh zeroed pages while they served), and from then on cut one
 /// read in about 240 in two.
 fn make_room_to_read(input: &mut BytesMut) {
+    if input.is_empty() {
+        // Asks for one byte more than the room past the current start, so
+        // the whole allocation is reclaimed whenever the start has moved
+        // (copying nothing: the buffer is empty). Never allocates; fails
+        // when the start has not moved, or the allocation is shared, and
+        // the read then goes where it would have gone.
+        let _at_the_start = input.try_reclaim(input.capacity() + 1);
+    }
     if input.capacity() - input.len() < READ_ROOM_BYTES_MIN {
         input.reserve(READ_ROOM_BYTES_MIN);
     }
-    // After the reserve: `capacity` counts from the start of the unparsed
+    // After the reclaims: `capacity` counts from the start of the unparsed
     // bytes, not from the start of the allocation, and a reclaim is what
     // brings the whole allocation back into it.
     if input.is_empty() && input.capacity() > 4 * READ_BUFFER_BYTES_INITIAL {
@@ -500,6 +513,26 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_buffer_reads_to_the_start_of_its_allocation_again() {
+        let mut input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
+        let start = input.as_ptr();
+        for _ in 0..10 {
+            make_room_to_read(&mut input);
+            assert_eq!(input.as_ptr(), start, "the read lands at the start");
+            assert_eq!(input.capacity(), READ_BUFFER_BYTES_INITIAL);
+            input.extend_from_slice(&[b'x'; 133]);
+            input.advance(133);
+        }
+        // Not drained: the unparsed bytes stay where they are.
+        input.extend_from_slice(&[b'x'; 200]);
+        input.advance(133);
+        let unparsed = input.as_ptr();
+        make_room_to_read(&mut input);
+        assert_eq!(input.as_ptr(), unparsed);
+        assert_eq!(input.len(), 67);
+    }
+
+    #[test]
     fn pipelined_reads_that_leave_partial_requests_stay_in_the_buffer() {
         // Reads of 1000 bytes hold 7 requests of 133 and part of an 8th.
         let mut input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
@@ -514,8 +547,25 @@ mod tests {
         assert!(largest >= 300_000, "grew to {largest}");
         input.clear();
         stream_through(&mut input, 133, 133);
-        // Without the shrink the big allocation stays in use (165,720 bytes
-        // of room here).
-        assert!(input.capacity() <= READ_BUFFER_BYTES_INITIAL);
+        make_room_to_read(&mut input);
+        // Without the shrink the big allocation stays in use. The one left
+        // here (32 KiB, grown by the part of a large request cleared above)
+        // is below the size a drained buffer is replaced at.
+        assert!(
+            input.capacity() <= 4 * READ_BUFFER_BYTES_INITIAL,
+            "{} bytes of room",
+            input.capacity()
+        );
+    }
+
+    #[test]
+    fn a_large_buffer_found_drained_is_replaced_by_a_small_one() {
+        let mut input = BytesMut::with_capacity(300_000);
+        input.extend_from_slice(&[b'x'; 250_000]);
+        input.advance(250_000);
+        // 50,000 bytes of room are left past the start, and a whole
+        // allocation of 300,000 before it.
+        make_room_to_read(&mut input);
+        assert_eq!(input.capacity(), READ_BUFFER_BYTES_INITIAL);
     }
 }
