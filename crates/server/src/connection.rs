@@ -408,16 +408,21 @@ fn plain<'a>(key: &MetaKey<'a>) -> Option<&'a [u8]> {
 /// Readies `input` for the next read. Drained (every byte read so far
 /// parsed, as after each request of a client that waits for its reply), it
 /// reads to the start of its allocation again, into the cache lines the
-/// last requests warmed, rather than into the next cold ones: a buffer
-/// that marched on through its 16 KiB touched a few new lines on every
-/// request, and with hundreds of connections none of them were still
-/// cached when the connection's next request came. Otherwise, with less
+/// last request wrote, which may still be cached, rather than on into
+/// lines untouched for a while: a buffer that marched on through its
+/// 16 KiB read each request into lines of its own. Otherwise, with less
 /// than [`READ_ROOM_BYTES_MIN`] free at its end, the unparsed bytes move to
 /// the front of the allocation when the consumed part before them is at
 /// least as large (`BytesMut::reserve` reclaims it, copying no more than
-/// they are), and only else does the buffer grow. A buffer left large by a big request is
-/// replaced by a new one of [`READ_BUFFER_BYTES_INITIAL`] when it is found
-/// drained with an allocation of more than four times that.
+/// they are), and only else does the buffer grow.
+///
+/// A drained buffer whose allocation is more than four times
+/// [`READ_BUFFER_BYTES_INITIAL`] is replaced by one of that size when the
+/// requests since it was last drained used some but less than a quarter
+/// of it: a large request gives its memory back after the next small one,
+/// while a client that keeps sending large requests keeps the buffer they
+/// grew (a request that made the buffer double used more than a quarter of
+/// it).
 ///
 /// Reserving only once the buffer was completely full, as this once did,
 /// let reads stop at the buffer's end mid-request, and the first such stop
@@ -427,21 +432,24 @@ fn plain<'a>(key: &MetaKey<'a>) -> Option<&'a [u8]> {
 /// read in about 240 in two.
 fn make_room_to_read(input: &mut BytesMut) {
     if input.is_empty() {
-        // Asks for one byte more than the room past the current start, so
-        // the whole allocation is reclaimed whenever the start has moved
-        // (copying nothing: the buffer is empty). Never allocates; fails
-        // when the start has not moved, or the allocation is shared, and
-        // the read then goes where it would have gone.
-        let _at_the_start = input.try_reclaim(input.capacity() + 1);
+        // `capacity` counts from the current start: the room the requests
+        // since the last drain left. One byte more than that brings the
+        // whole allocation back whenever the start has moved, copying
+        // nothing (the buffer is empty) and never allocating; `input` is
+        // never split, so the allocation is its own, and this fails only
+        // when the start has not moved.
+        let unused = input.capacity();
+        let _at_the_start = input.try_reclaim(unused + 1);
+        let allocation = input.capacity();
+        // Nothing used: the start had not moved, and there is nothing to
+        // judge by.
+        let used = allocation - unused;
+        if allocation > 4 * READ_BUFFER_BYTES_INITIAL && (1..allocation / 4).contains(&used) {
+            *input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
+        }
     }
     if input.capacity() - input.len() < READ_ROOM_BYTES_MIN {
         input.reserve(READ_ROOM_BYTES_MIN);
-    }
-    // After the reclaims: `capacity` counts from the start of the unparsed
-    // bytes, not from the start of the allocation, and a reclaim is what
-    // brings the whole allocation back into it.
-    if input.is_empty() && input.capacity() > 4 * READ_BUFFER_BYTES_INITIAL {
-        *input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
     }
 }
 
@@ -548,24 +556,40 @@ mod tests {
         input.clear();
         stream_through(&mut input, 133, 133);
         make_room_to_read(&mut input);
-        // Without the shrink the big allocation stays in use. The one left
-        // here (32 KiB, grown by the part of a large request cleared above)
-        // is below the size a drained buffer is replaced at.
-        assert!(
-            input.capacity() <= 4 * READ_BUFFER_BYTES_INITIAL,
-            "{} bytes of room",
-            input.capacity()
-        );
+        // Without the shrink the big allocation stays in use.
+        assert_eq!(input.capacity(), READ_BUFFER_BYTES_INITIAL);
+    }
+
+    /// Reads one request of `request_bytes` into `input`, a read at a
+    /// time as its room allows, and consumes it.
+    fn feed_one(input: &mut BytesMut, request_bytes: usize) {
+        let mut left = request_bytes;
+        while left > 0 {
+            make_room_to_read(input);
+            let read = left.min(input.capacity() - input.len());
+            input.extend_from_slice(&vec![b'x'; read]);
+            left -= read;
+        }
+        input.advance(request_bytes);
     }
 
     #[test]
-    fn a_large_buffer_found_drained_is_replaced_by_a_small_one() {
-        let mut input = BytesMut::with_capacity(300_000);
-        input.extend_from_slice(&[b'x'; 250_000]);
-        input.advance(250_000);
-        // 50,000 bytes of room are left past the start, and a whole
-        // allocation of 300,000 before it.
-        make_room_to_read(&mut input);
-        assert_eq!(input.capacity(), READ_BUFFER_BYTES_INITIAL);
+    fn large_requests_keep_the_buffer_they_grew_and_a_small_one_after_gives_it_back() {
+        for request_bytes in [100_000, 126_000, 300_000] {
+            let mut input = BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL);
+            feed_one(&mut input, request_bytes);
+            make_room_to_read(&mut input);
+            let (start, grown) = (input.as_ptr(), input.capacity());
+            assert!(grown >= request_bytes, "{grown} bytes for {request_bytes}");
+            for _ in 0..10 {
+                feed_one(&mut input, request_bytes);
+                make_room_to_read(&mut input);
+                assert_eq!(input.as_ptr(), start, "requests of {request_bytes}");
+                assert_eq!(input.capacity(), grown);
+            }
+            feed_one(&mut input, 133);
+            make_room_to_read(&mut input);
+            assert_eq!(input.capacity(), READ_BUFFER_BYTES_INITIAL);
+        }
     }
 }
