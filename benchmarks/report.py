@@ -252,11 +252,7 @@ def summarise(reports: list[dict]) -> dict:
 
     return {
         "runs": len(reports),
-        "ops_per_second": {
-            "median": statistics.median(ops),
-            "min": min(ops),
-            "max": max(ops),
-        },
+        "ops_per_second": spread(ops),
         "ops_by_run": {r["round"]: r["ops_per_second"] for r in reports},
         "server_cpu_us_per_request": spread_of(reports, "server_cpu_us_per_request"),
         "compactor_cpu_us_per_request": spread_of(reports, "compactor_cpu_us_per_request"),
