@@ -147,13 +147,22 @@ record() {
     printf '%s: %s\n' "$label" "$line" >>"$COMMANDS"
 }
 
-# cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so
-# far; fails if it cannot be read.
-cpu_seconds() {
+# cpu_split PID: "TOTAL SYSTEM", the CPU seconds (user + system, all
+# threads) PID has used so far and the part of them spent in the kernel;
+# fails if it cannot be read.
+cpu_split() {
     local stat
     stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
     # Fields after the ") " that ends the command name: utime is 12th, stime 13th.
-    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f\n", ($12 + $13) / hz }' <<<"${stat##*) }"
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f %.2f\n", ($12 + $13) / hz, $13 / hz }' <<<"${stat##*) }"
+}
+
+# cpu_seconds PID: CPU seconds (user + system, all threads) PID has used so
+# far; fails if it cannot be read.
+cpu_seconds() {
+    local split
+    split="$(cpu_split "$1")" || return 1
+    echo "${split%% *}"
 }
 
 # seconds_between BEFORE AFTER: AFTER - BEFORE, two readings in seconds

@@ -344,24 +344,27 @@ print(json.dumps(doc))' "$name" "$(basename "$csv" .csv)" >>"$RAW/$exp/load.json
 # --------------------------------------------------------------- clients
 # run_cell EXP CELL RUN OUT_BASE COMMAND...: run one measured client run,
 # recording the exact command, the client's CPU time (GNU time) and the
-# server's CPU time over the run.
+# server's CPU time over the run, each with the part spent in the kernel.
 run_cell() {
     local exp="$1" cell="$2" run="$3" out="$4"
     shift 4
     set -- "${CLIENT_PIN[@]}" "$@"
     local process="$cell"
     [[ "$cell" == mariadb-* ]] && process=mariadb
-    local pid="${SERVER_PID[$process]}" before after
+    local pid="${SERVER_PID[$process]}" before after total_before system_before total_after system_after
     record "$exp $cell run$run" "$@"
-    before="$(cpu_seconds "$pid")"
+    before="$(cpu_split "$pid")"
     if ! /usr/bin/time -f '{"elapsed_s": %e, "user_s": %U, "system_s": %S}' -o "$out.client-cpu" \
         "$@" >"$out.out" 2>"$out.err"; then
         log "$exp $cell run $run failed: $(tail -n 3 "$out.err" | tr '\n' ' ')"
         mv "$out.out" "$out.failed"
         return 1
     fi
-    after="$(cpu_seconds "$pid")"
-    printf '{"cpu_s": %s}\n' "$(seconds_between "$before" "$after")" >"$out.server-cpu"
+    after="$(cpu_split "$pid")"
+    read -r total_before system_before <<<"$before"
+    read -r total_after system_after <<<"$after"
+    printf '{"cpu_s": %s, "system_s": %s}\n' "$(seconds_between "$total_before" "$total_after")" \
+        "$(seconds_between "$system_before" "$system_after")" >"$out.server-cpu"
     [[ -s "$out.err" ]] || rm -f "$out.err"
     log "  $exp $cell run $run: $("$PYTHON" "$SCRIPT_DIR/sql_report.py" --line "$out.out")"
 }

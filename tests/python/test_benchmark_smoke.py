@@ -316,6 +316,7 @@ def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
     for server in ("larder", "mariadb-innodb"):
         used = json.loads((results / "sql-raw" / "B" / server / "run1.server-cpu").read_text())
         assert used["cpu_s"] > 0, server
+        assert 0 <= used["system_s"] <= used["cpu_s"], (server, used)
     markdown = (results / "sql-experiments.md").read_text()
     assert f"pinned to CPUs {server_cpus} and every measured client to CPUs {client_cpus}" in markdown
 
