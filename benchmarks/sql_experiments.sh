@@ -353,18 +353,26 @@ run_cell() {
     [[ "$cell" == mariadb-* ]] && process=mariadb
     local pid="${SERVER_PID[$process]}" before after total_before system_before total_after system_after
     record "$exp $cell run$run" "$@"
-    before="$(cpu_split "$pid")"
+    if ! before="$(cpu_split "$pid")"; then
+        log "$exp $cell run $run not started: cannot read the CPU time of $process (pid $pid)"
+        return 1
+    fi
     if ! /usr/bin/time -f '{"elapsed_s": %e, "user_s": %U, "system_s": %S}' -o "$out.client-cpu" \
         "$@" >"$out.out" 2>"$out.err"; then
         log "$exp $cell run $run failed: $(tail -n 3 "$out.err" | tr '\n' ' ')"
         mv "$out.out" "$out.failed"
         return 1
     fi
-    after="$(cpu_split "$pid")"
-    read -r total_before system_before <<<"$before"
-    read -r total_after system_after <<<"$after"
-    printf '{"cpu_s": %s, "system_s": %s}\n' "$(seconds_between "$total_before" "$total_after")" \
-        "$(seconds_between "$system_before" "$system_after")" >"$out.server-cpu"
+    # Without a second reading the run keeps no server CPU rather than a
+    # wrong one (the report then leaves those figures out).
+    if after="$(cpu_split "$pid")"; then
+        read -r total_before system_before <<<"$before"
+        read -r total_after system_after <<<"$after"
+        printf '{"cpu_s": %s, "system_s": %s}\n' "$(seconds_between "$total_before" "$total_after")" \
+            "$(seconds_between "$system_before" "$system_after")" >"$out.server-cpu"
+    else
+        log "$exp $cell run $run: cannot read the CPU time of $process (pid $pid) after the run"
+    fi
     [[ -s "$out.err" ]] || rm -f "$out.err"
     log "  $exp $cell run $run: $("$PYTHON" "$SCRIPT_DIR/sql_report.py" --line "$out.out")"
 }

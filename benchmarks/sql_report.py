@@ -136,7 +136,17 @@ def summarise(runs: list[dict]) -> dict:
         parts = (run.get("client_cpu_s"), run.get("server_cpu_s"), run.get("client_elapsed_s"))
         return None if None in parts or not parts[2] else (parts[0] + parts[1]) / parts[2]
 
+    def kernel_only(run: dict) -> float | None:
+        """The run's rate scaled by its CPU per row over the kernel's part of
+        it: the rate with no user-space time on either side, the kernel's
+        work per row and the busy vCPUs staying as measured."""
+        parts = [run.get(k) for k in ("client_cpu_s", "server_cpu_s", "client_system_s", "server_system_s")]
+        if None in parts or not parts[2] + parts[3]:
+            return None
+        return run["rows_per_second"] * (parts[0] + parts[1]) / (parts[2] + parts[3])
+
     vcpus = [b for b in map(busy, runs) if b is not None]
+    bounds = [b for b in map(kernel_only, runs) if b is not None]
     return {
         "client": runs[0]["client"],
         "runs": len(runs),
@@ -150,6 +160,7 @@ def summarise(runs: list[dict]) -> dict:
         "client_system_us_per_row": per_row_us("client_system_s"),
         "server_system_us_per_row": per_row_us("server_system_s"),
         "vcpus_busy": statistics.median(vcpus) if vcpus else None,
+        "kernel_only_rows_per_second": statistics.median(bounds) if bounds else None,
         "misses": sum(r["misses"] for r in runs),
         "errors": sum(r["errors"] for r in runs),
     }
@@ -174,8 +185,7 @@ def load_experiment(exp_dir: Path) -> dict:
     b = base["rows_per_second"]["median"] if base else 0
     for summary in cells.values():
         summary["ratio_to_mariadb_innodb"] = summary["rows_per_second"]["median"] / b if b else None
-        bound = kernel_only_rate(summary)
-        summary["kernel_only_rows_per_second"] = bound
+        bound = summary["kernel_only_rows_per_second"]
         summary["kernel_only_ratio_to_mariadb_innodb"] = bound / b if bound is not None and b else None
     return {
         "cells": {name: cells[name] for name in order_cells(cells)},
@@ -183,19 +193,6 @@ def load_experiment(exp_dir: Path) -> dict:
         "load": read_jsonl(exp_dir / "load.jsonl"),
         "footprint": read_jsonl(exp_dir / "footprint.jsonl"),
     }
-
-
-def kernel_only_rate(summary: dict) -> float | None:
-    """Rows per second the cell would reach if client and server spent no
-    time at all in user space: its rate scaled by its CPU per row over the
-    kernel's part of it. This holds while the kernel's work per row (system
-    calls, TCP over loopback, wake-ups) stays as measured and the vCPUs stay
-    as busy as they were; None without the kernel's part of both sides."""
-    parts = [summary.get(k) for k in ("client_cpu_us_per_row", "server_cpu_us_per_row",
-                                      "client_system_us_per_row", "server_system_us_per_row")]
-    if None in parts or not parts[2] + parts[3]:
-        return None
-    return summary["rows_per_second"]["median"] * (parts[0] + parts[1]) / (parts[2] + parts[3])
 
 
 def order_cells(cells) -> list[str]:
@@ -220,7 +217,7 @@ def targets(experiments: dict) -> list[dict]:
         bound = b["larder"].get("kernel_only_ratio_to_mariadb_innodb")
         measured = f"{ratio:.2f}x"
         if bound is not None:
-            measured += f" (at most {bound:.2f}x with no user-space time on Larder's side)"
+            measured += f" ({bound:.2f}x with no user-space time on Larder's side, at the load measured)"
         checks.append({
             "target": f"Experiment B: Larder rows/s >= {TARGET_B_RATIO_MIN:g}x MariaDB InnoDB",
             "measured": measured,
@@ -257,8 +254,9 @@ def kernel_table(exp: dict) -> list[str]:
     md = [
         "CPU per row by where it ran (median of the runs). *vCPUs busy* is client and server CPU over "
         "the client's run; *no user-space time* is the rate if client and server spent nothing in user "
-        "space, the kernel's work per row (system calls, TCP over loopback, wake-ups) staying as measured "
-        "and the vCPUs as busy: a bound on what faster code on either side could reach.",
+        "space, their kernel's work per row (system calls, TCP over loopback, wake-ups) staying as "
+        "measured and the vCPUs as busy: what faster user-space code on either side could reach at most, "
+        "unless it also cut the kernel's work per row or kept more vCPUs busy.",
         "",
         "| server | vCPUs busy | client user µs/row | client kernel µs/row | server user µs/row | "
         "server kernel µs/row | kernel share | rows/s with no user-space time | vs MariaDB InnoDB |",
