@@ -2,6 +2,16 @@
 //! four files (at each 0xFF 0xFE pair), named as segments and hint files of
 //! an in-memory data directory, which is then opened and checked. Opening
 //! may fail with an error; it must never panic.
+//!
+//! What follows the first 0xFF 0xFD pair, if any, is a marker of an
+//! unsynced tail (the file a failed `fdatasync` leaves, which open acts on
+//! by cutting or rewriting the segment it names): its first byte picks the
+//! segment (1 to 3) and whether the marker says *copied* (bit 7); the next
+//! eight are the offset where the unsure bytes begin, little-endian. The
+//! marker is written whole, checksum included, so that open takes the
+//! offset at its word. With bit 6 of the first byte set, the bytes after it
+//! are the marker file as they are instead, most of them a marker that does
+//! not decode.
 
 #![no_main]
 
@@ -18,8 +28,38 @@ const NAMES: [&str; 4] = [
     "0000000003.seg",
 ];
 
+/// The marker's byte map, as `larder_engine`'s `unsynced` module writes it:
+/// magic, format version 1, flags, a zero byte, the offset, and the crc32c
+/// of those 20 bytes.
+fn marker(spec: &[u8]) -> Option<(String, Vec<u8>)> {
+    let (&first, rest) = spec.split_first()?;
+    let name = format!("{:010}.unsynced", (first & 0x3F) % 3 + 1);
+    if first & 0x40 != 0 {
+        return Some((name, rest.to_vec()));
+    }
+    let mut offset = [0u8; 8];
+    for (to, from) in offset.iter_mut().zip(rest) {
+        *to = *from;
+    }
+    let mut bytes = b"LARDTAIL".to_vec();
+    bytes.extend_from_slice(&1u16.to_le_bytes());
+    bytes.push(u8::from(first & 0x80 != 0));
+    bytes.push(0);
+    bytes.extend_from_slice(&offset);
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    Some((name, bytes))
+}
+
 fuzz_target!(|data: &[u8]| {
     let fs = MemFs::new();
+    let (data, spec) = match data.windows(2).position(|pair| pair == [0xFF, 0xFD]) {
+        Some(at) => {
+            let (files, spec) = data.split_at(at);
+            (files, spec.get(2..))
+        }
+        None => (data, None),
+    };
     let mut rest = data;
     for name in NAMES {
         let end = rest
@@ -32,6 +72,9 @@ fuzz_target!(|data: &[u8]| {
         if rest.is_empty() {
             break;
         }
+    }
+    if let Some((name, bytes)) = spec.and_then(marker) {
+        let _ = fs.write_file(&Path::new("/data").join(name), &bytes);
     }
     let mut config = Config::new("/data");
     config.durability = Durability::None;
