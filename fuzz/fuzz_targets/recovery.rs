@@ -1,7 +1,8 @@
-//! Recovery over arbitrary directory contents: the input is cut into up to
-//! four files (at each 0xFF 0xFE pair), named as segments and hint files of
-//! an in-memory data directory, which is then opened and checked. Opening
-//! may fail with an error; it must never panic.
+//! Recovery over arbitrary directory contents: the input, up to its first
+//! 0xFF 0xFD pair, is cut into up to four files (at each 0xFF 0xFE pair),
+//! named as segments and hint files of an in-memory data directory, which
+//! is then opened and checked. Opening may fail with an error; it must
+//! never panic.
 //!
 //! What follows the first 0xFF 0xFD pair, if any, is a marker of an
 //! unsynced tail (the file a failed `fdatasync` leaves, which open acts on
