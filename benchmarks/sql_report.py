@@ -141,7 +141,7 @@ def summarise(runs: list[dict]) -> dict:
         it: the rate with no user-space time on either side, the kernel's
         work per row and the busy vCPUs staying as measured."""
         parts = [run.get(k) for k in ("client_cpu_s", "server_cpu_s", "client_system_s", "server_system_s")]
-        if None in parts or not parts[2] + parts[3]:
+        if None in parts or not parts[2] + parts[3] or not run["rows"]:
             return None
         return run["rows_per_second"] * (parts[0] + parts[1]) / (parts[2] + parts[3])
 
