@@ -17,6 +17,7 @@
 #![no_main]
 
 use larder_engine::fs::MemFs;
+use larder_engine::unsynced;
 use larder_engine::{Clock, Config, Durability, Engine};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
@@ -29,12 +30,10 @@ const NAMES: [&str; 4] = [
     "0000000003.seg",
 ];
 
-/// The marker's byte map, as `larder_engine`'s `unsynced` module writes it:
-/// magic, format version 1, flags, a zero byte, the offset, and the crc32c
-/// of those 20 bytes.
+/// The marker file `spec` describes: its name and its bytes.
 fn marker(spec: &[u8]) -> Option<(String, Vec<u8>)> {
     let (&first, rest) = spec.split_first()?;
-    let name = format!("{:010}.unsynced", (first & 0x3F) % 3 + 1);
+    let name = unsynced::marker_name(u32::from((first & 0x3F) % 3 + 1));
     if first & 0x40 != 0 {
         return Some((name, rest.to_vec()));
     }
@@ -42,14 +41,7 @@ fn marker(spec: &[u8]) -> Option<(String, Vec<u8>)> {
     for (to, from) in offset.iter_mut().zip(rest) {
         *to = *from;
     }
-    let mut bytes = b"LARDTAIL".to_vec();
-    bytes.extend_from_slice(&1u16.to_le_bytes());
-    bytes.push(u8::from(first & 0x80 != 0));
-    bytes.push(0);
-    bytes.extend_from_slice(&offset);
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    Some((name, bytes))
+    Some((name, unsynced::encode(u64::from_le_bytes(offset), first & 0x80 != 0)))
 }
 
 fuzz_target!(|data: &[u8]| {

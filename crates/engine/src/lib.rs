@@ -59,7 +59,7 @@ mod scheduling;
 pub mod segment;
 mod stats;
 mod tombstones;
-mod unsynced;
+pub mod unsynced;
 
 pub use clock::{Clock, Expiry};
 pub use config::{Config, Durability};

@@ -61,11 +61,15 @@ pub struct Marker {
 }
 
 /// The file name of the marker of segment `id`.
-fn marker_name(id: u32) -> String {
+pub fn marker_name(id: u32) -> String {
     format!("{id:010}.{EXTENSION}")
 }
 
-fn encode(from: u64, copied: bool) -> Vec<u8> {
+/// A marker's bytes (see the byte map above): segment bytes from `from`
+/// on are unsure, and `copied` says whether they are durable in a newer
+/// segment. Public so that tests and fuzzing can lay out a directory as a
+/// failed sync leaves it.
+pub fn encode(from: u64, copied: bool) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(BYTES);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());

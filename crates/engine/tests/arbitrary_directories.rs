@@ -13,7 +13,7 @@ mod common;
 
 use common::{config, set};
 use larder_engine::fs::MemFs;
-use larder_engine::{Clock, Durability, Engine, Error};
+use larder_engine::{unsynced, Clock, Durability, Engine, Error};
 use proptest::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
@@ -77,6 +77,26 @@ proptest! {
             let keep = at.index(bytes.len() + 1);
             fs.write_file(&path, &bytes[..keep]).unwrap();
         }
+        open_must_not_panic(&fs);
+    }
+
+    #[test]
+    fn markers_of_failed_syncs_at_any_offset_never_panic_recovery(
+        segment in any::<prop::sample::Index>(),
+        from in prop_oneof![0u64..2048, any::<u64>()],
+        copied in any::<bool>(),
+        damaged in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
+    ) {
+        // A marker as a failed sync leaves it, naming one of the segments
+        // there, or bytes under its name that need not decode.
+        let (fs, names) = valid_directory();
+        let segments: Vec<u32> = names
+            .iter()
+            .filter_map(|name| name.strip_suffix(".seg")?.parse().ok())
+            .collect();
+        let id = *segment.get(&segments);
+        let bytes = damaged.unwrap_or_else(|| unsynced::encode(from, copied));
+        fs.write_file(&Path::new("/data").join(unsynced::marker_name(id)), &bytes).unwrap();
         open_must_not_panic(&fs);
     }
 
