@@ -118,3 +118,26 @@ def test_runs_without_the_servers_kernel_part_report_no_bound(tmp_path):
     assert larder["kernel_only_rows_per_second"] is None
     assert doc["targets"][0]["measured"] == "2.50x"
     assert "no user-space time" not in markdown
+
+
+def test_a_run_that_read_no_rows_gives_no_bound(tmp_path):
+    raw = tmp_path / "sql-raw" / "B"
+    cell = raw / "larder"
+    cell.mkdir(parents=True)
+    latency = {"p50_us": 0.0, "p99_us": 0.0, "mean_us": 0.0, "max_us": 0.0}
+    (cell / "run1.out").write_text(json.dumps({
+        "requests": 0, "measured_seconds": 1.0, "ops_per_second": 0.0, "latency": {"all": latency},
+        "misses": 0, "errors": 0, "failed_connections": 100,
+    }))
+    write_cpu(cell, (2.0, 6.0), (7.0, 5.0), elapsed_s=1.0)
+    write_sysbench_run(raw / "mariadb-innodb", 40_000)
+    write_cpu(raw / "mariadb-innodb", (4.0, 11.0), (30.0, 8.0), elapsed_s=22.5)
+
+    doc, markdown = report_of(tmp_path)
+
+    larder = doc["experiments"]["B"]["cells"]["larder"]
+    assert larder["errors"] == 100
+    assert larder["kernel_only_rows_per_second"] is None
+    assert larder["client_cpu_us_per_row"] is None
+    assert "| larder |" not in markdown.split("no user-space time")[-1].split("## Target")[0]
+    assert "| mariadb-innodb | 2.00 |" in markdown
