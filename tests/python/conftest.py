@@ -58,17 +58,36 @@ def _port_accepts(port: int) -> bool:
         return False
 
 
+def _unix_socket_accepts(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        try:
+            sock.connect(str(path))
+            return True
+        except OSError:
+            return False
+
+
 class ServerProcess:
-    """One server process (larder or memcached) listening on 127.0.0.1:port.
+    """One server process (larder or memcached) listening on 127.0.0.1:port,
+    or on the Unix domain socket `unix_socket` when one is given (its
+    command line then says so: `-s PATH`).
 
     `argv_for(port)` builds the command line; the same object can be started
     again after a stop (same port, same data dir) to test restarts.
     """
 
-    def __init__(self, name: str, argv_for: Callable[[int], List[str]], log_dir: Path):
+    def __init__(
+        self,
+        name: str,
+        argv_for: Callable[[int], List[str]],
+        log_dir: Path,
+        unix_socket: Optional[Path] = None,
+    ):
         self.name = name
         self.argv_for = argv_for
         self.port = free_port()
+        self.unix_socket = unix_socket
         self.log_dir = log_dir
         self.proc: Optional[subprocess.Popen] = None
         self.starts = 0
@@ -98,13 +117,21 @@ class ServerProcess:
         self._wait_ready(argv)
         return self
 
+    def _accepts(self) -> bool:
+        if self.unix_socket is not None:
+            return _unix_socket_accepts(self.unix_socket)
+        return _port_accepts(self.port)
+
+    def _where(self) -> str:
+        return f"unix socket {self.unix_socket}" if self.unix_socket else f"{HOST}:{self.port}"
+
     def _wait_port_free(self) -> None:
         # A killed predecessor (or a child of it) may still hold the listening
         # socket for a moment; the readiness probe must not mistake it for us.
         deadline = time.monotonic() + 10
-        while _port_accepts(self.port):
+        while self._accepts():
             if time.monotonic() > deadline:
-                pytest.fail(f"{HOST}:{self.port} is still in use by another process", pytrace=False)
+                pytest.fail(f"{self._where()} is still in use by another process", pytrace=False)
             time.sleep(0.05)
 
     def _wait_ready(self, argv: Sequence[str]) -> None:
@@ -119,12 +146,12 @@ class ServerProcess:
                     f"argv: {' '.join(argv)}\nstderr:\n{self.stderr()}",
                     pytrace=False,
                 )
-            if _port_accepts(self.port):
+            if self._accepts():
                 return
             time.sleep(0.02)
         self.kill()
         pytest.fail(
-            f"{self.name} did not listen on {HOST}:{self.port} within {READY_TIMEOUT_S}s\n"
+            f"{self.name} did not listen on {self._where()} within {READY_TIMEOUT_S}s\n"
             f"argv: {' '.join(argv)}\nstderr:\n{self.stderr()}",
             pytrace=False,
         )
@@ -214,11 +241,14 @@ class ServerProcess:
         return data[-20000:].decode("utf-8", "replace")
 
     @property
-    def address(self) -> tuple:
+    def address(self):
+        """(host, port), or the socket's path as a string (as pymemcache takes it)."""
+        if self.unix_socket is not None:
+            return str(self.unix_socket)
         return (HOST, self.port)
 
     def __repr__(self) -> str:
-        return f"<{self.name} {HOST}:{self.port} pid={self.proc.pid if self.proc else None}>"
+        return f"<{self.name} {self._where()} pid={self.proc.pid if self.proc else None}>"
 
 
 def run_script(script: Path, env: dict, log_path: Path, timeout_s: float) -> int:
@@ -291,6 +321,7 @@ class ServerFactory:
         data_dir: Optional[Path] = None,
         extra: Sequence[str] = (),
         start: bool = True,
+        unix_socket: Optional[Path] = None,
     ) -> ServerProcess:
         if data_dir is None:
             data_dir = Path(tempfile.mkdtemp(prefix="data-", dir=self.tmp_root))
@@ -300,16 +331,21 @@ class ServerFactory:
                 "or set LARDER_BIN",
                 pytrace=False,
             )
-        server = ServerProcess("larder", larder_argv(data_dir, durability, extra), self.tmp_root)
+        if unix_socket is not None:
+            extra = [*extra, "-s", str(unix_socket)]
+        argv = larder_argv(data_dir, durability, extra)
+        server = ServerProcess("larder", argv, self.tmp_root, unix_socket)
         server.data_dir = data_dir
         server.durability = durability
         self.servers.append(server)
         return server.start() if start else server
 
-    def memcached(self, extra: Sequence[str] = ()) -> ServerProcess:
+    def memcached(self, extra: Sequence[str] = (), unix_socket: Optional[Path] = None) -> ServerProcess:
         if not Path(MEMCACHED_BIN).exists():
             pytest.fail(f"memcached not found at {MEMCACHED_BIN}", pytrace=False)
-        server = ServerProcess("memcached", memcached_argv(extra), self.tmp_root)
+        if unix_socket is not None:
+            extra = [*extra, "-s", str(unix_socket)]
+        server = ServerProcess("memcached", memcached_argv(extra), self.tmp_root, unix_socket)
         self.servers.append(server)
         return server.start()
 

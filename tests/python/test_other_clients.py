@@ -123,8 +123,12 @@ def run_in(directory: Path, argv: Sequence[str], timeout_s: float) -> subprocess
 
 
 def run_program(built: BuiltPrograms, program: ClientProgram, server, *args: str) -> subprocess.CompletedProcess:
-    host, port = server.address
-    return run_in(program.directory, built.command(program) + [f"{host}:{port}", *args], RUN_TIMEOUT_S)
+    if isinstance(server.address, str):  # a Unix domain socket's path
+        target = server.address
+    else:
+        host, port = server.address
+        target = f"{host}:{port}"
+    return run_in(program.directory, built.command(program) + [target, *args], RUN_TIMEOUT_S)
 
 
 def explain(done: subprocess.CompletedProcess) -> str:
@@ -173,3 +177,20 @@ def test_client_writes_survive_sigkill(program, built, servers):
     # there, with other contents.
     other = run_program(built, program, larder, "verify", str(PERSISTED_KEYS), "8")
     assert_verify_failed(other, keys="wrong")
+
+
+def test_go_client_checks_pass_over_a_unix_socket(built, servers, tmp_path):
+    """gomemcache takes a server address containing a slash as a Unix
+    domain socket's path: the same checks, over memcached's socket and then
+    Larder's (`-s`), and a Larder's writes there read back after SIGKILL."""
+    go = next(program for program in PROGRAMS if program.name == "go-gomemcache")
+    memcached = servers.memcached(unix_socket=tmp_path / "memcached.sock")
+    assert_all_passed(run_program(built, go, memcached, "checks"), "memcached's socket")
+    larder = servers.larder(durability="always", unix_socket=tmp_path / "larder.sock")
+    assert_all_passed(run_program(built, go, larder, "checks"), "Larder's socket")
+    written = run_program(built, go, larder, "write", str(PERSISTED_KEYS), "11")
+    assert written.returncode == 0, explain(written)
+    larder.restart(crash=True)  # leaves the socket file behind, which the start replaces
+    read = run_program(built, go, larder, "verify", str(PERSISTED_KEYS), "11")
+    assert read.returncode == 0, f"after SIGKILL and restart:\n{explain(read)}"
+    assert f"verified {PERSISTED_KEYS} keys" in read.stdout, explain(read)

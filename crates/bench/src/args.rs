@@ -36,12 +36,13 @@ pub enum KeyPatternArg {
 /// (or JSON with --json) at the end.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Server address, host:port.
+    /// Server address, host:port, or the path of a Unix domain socket
+    /// (starting with / or unix:).
     #[arg(
         long,
         short = 's',
         default_value = "127.0.0.1:11211",
-        value_name = "HOST:PORT"
+        value_name = "HOST:PORT|PATH"
     )]
     pub target: String,
     /// Wire protocol: memcached text (get/set) or redis RESP (GET/SET).

@@ -25,6 +25,7 @@
 use crate::limits::{PRELOAD_PIPELINE, REPLY_BYTES_MAX};
 use crate::reply::{parse_memcached, parse_resp, Parsed, Reply, ReplyError};
 use crate::request::{Op, Protocol};
+use crate::socket::{ReadHalf, Stream, WriteHalf};
 use crate::stats::Tally;
 use crate::workload::{Shared, Workload};
 use bytes::{Buf, BytesMut};
@@ -33,8 +34,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 
 /// When the measured phase runs; the same for every connection.
@@ -54,7 +53,7 @@ pub struct Plan {
 
 /// The read half of a connection and its buffer of unparsed bytes.
 pub struct Reader {
-    half: OwnedReadHalf,
+    half: ReadHalf,
     buffer: BytesMut,
 }
 
@@ -92,11 +91,11 @@ impl Reader {
 pub struct Connection {
     pub index: usize,
     reader: Reader,
-    writer: OwnedWriteHalf,
+    writer: WriteHalf,
 }
 
 impl Connection {
-    pub fn new(index: usize, stream: TcpStream) -> Self {
+    pub fn new(index: usize, stream: Stream) -> Self {
         let (half, writer) = stream.into_split();
         Connection {
             index,
@@ -141,11 +140,7 @@ fn parse_reply(protocol: Protocol, buffer: &[u8]) -> Result<Parsed, ReplyError> 
     }
 }
 
-async fn write_all(
-    writer: &mut OwnedWriteHalf,
-    bytes: &[u8],
-    timeout: Duration,
-) -> Result<(), String> {
+async fn write_all(writer: &mut WriteHalf, bytes: &[u8], timeout: Duration) -> Result<(), String> {
     match tokio::time::timeout(timeout, writer.write_all(bytes)).await {
         Err(_) => Err(format!("write blocked for {timeout:?}")),
         Ok(Err(error)) => Err(format!("write failed: {error}")),
@@ -298,7 +293,7 @@ fn due_time(plan: &Plan, rate: u64, connections: usize, connection: usize, numbe
 /// `sender`, so the reader learns that no more requests are coming when this
 /// returns.
 async fn write_loop(
-    writer: &mut OwnedWriteHalf,
+    writer: &mut WriteHalf,
     sender: mpsc::Sender<InFlight>,
     permits: &Semaphore,
     shared: &Shared,

@@ -20,8 +20,9 @@
 //! Modules: [`options`] and [`args`] say what to run, [`limits`] bounds it;
 //! `keys`, `zipf` and `workload` choose requests, `request` encodes them,
 //! [`reply`] parses answers (pure functions); `connection` and `run` drive
-//! the sockets; `stats` collects, `intervals` cuts the measured phase into
-//! intervals, and [`report`] presents.
+//! the sockets (TCP, or a Unix domain socket: `socket`); `stats` collects,
+//! `intervals` cuts the measured phase into intervals, and [`report`]
+//! presents.
 //!
 //! This crate depends on `larder-protocol` only for memcached's key limit:
 //! it is a client, and must work against any server.
@@ -37,6 +38,7 @@ pub mod reply;
 pub mod report;
 mod request;
 mod run;
+mod socket;
 mod stats;
 mod workload;
 mod zipf;

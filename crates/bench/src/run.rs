@@ -16,13 +16,14 @@ use crate::keys::{KeyFile, KeySpace};
 use crate::limits::{DURATION_MAX, HISTOGRAM_SHARDS_PER_THREAD};
 use crate::options::{BenchOptions, KeyPattern};
 use crate::report::{IntervalReport, LatencyReport, PreloadReport, Report, RunSettings};
+use crate::socket::{Stream, Target};
 use crate::stats::{Recorder, Tally};
 use crate::workload::Shared;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -160,8 +161,16 @@ async fn connect_all(
     target: &str,
     connections: usize,
     timeout: Duration,
-) -> Result<Vec<TcpStream>, BenchError> {
-    let address = resolve(target).await?;
+) -> Result<Vec<Stream>, BenchError> {
+    /// The target with its host name resolved.
+    enum Place {
+        Tcp(SocketAddr),
+        Unix(std::path::PathBuf),
+    }
+    let place = match Target::parse(target) {
+        Target::Tcp(host_port) => Place::Tcp(resolve(&host_port).await?),
+        Target::Unix(path) => Place::Unix(path),
+    };
     let mut streams = Vec::with_capacity(connections);
     for connection in 0..connections {
         let connect_error = |source| BenchError::Connect {
@@ -169,7 +178,19 @@ async fn connect_all(
             connection,
             source,
         };
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(address)).await {
+        let connect = async {
+            match &place {
+                Place::Unix(path) => UnixStream::connect(path).await.map(Stream::Unix),
+                Place::Tcp(address) => {
+                    let stream = TcpStream::connect(address).await?;
+                    // Requests are small and batched by the writer already:
+                    // Nagle's delay would only add latency.
+                    stream.set_nodelay(true)?;
+                    Ok(Stream::Tcp(stream))
+                }
+            }
+        };
+        let stream = match tokio::time::timeout(timeout, connect).await {
             Ok(result) => result.map_err(connect_error)?,
             Err(_) => {
                 let message = format!("no answer within {timeout:?}");
@@ -179,9 +200,6 @@ async fn connect_all(
                 )));
             }
         };
-        // Requests are small and batched by the writer already: Nagle's
-        // delay would only add latency.
-        stream.set_nodelay(true).map_err(connect_error)?;
         streams.push(stream);
     }
     Ok(streams)

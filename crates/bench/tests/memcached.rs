@@ -1,7 +1,8 @@
 //! `larder bench` against a real memcached: a short pipelined run after a
 //! preload must complete requests, see no errors, and find the preloaded
-//! keys. Skipped (with a message) only when memcached is not installed;
-//! `scripts/test.sh` installs it.
+//! keys, over TCP and over memcached's Unix domain socket. Skipped (with a
+//! message) only when memcached is not installed; `scripts/test.sh`
+//! installs it.
 
 use larder_bench::{run, BenchOptions, Ratio};
 use std::net::TcpListener;
@@ -26,34 +27,36 @@ fn free_port() -> u16 {
 }
 
 fn start_memcached() -> Option<(ServerGuard, u16)> {
+    let port = free_port();
+    let listen_flags = ["-p", &port.to_string(), "-l", "127.0.0.1"];
+    let guard = spawn_memcached(&listen_flags, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })?;
+    Some((guard, port))
+}
+
+/// Starts memcached with `listen_flags` (its listening flags) and waits until
+/// `listening` says it accepts connections.
+fn spawn_memcached(listen_flags: &[&str], listening: impl Fn() -> bool) -> Option<ServerGuard> {
     if !std::path::Path::new(MEMCACHED).exists() {
         eprintln!("skipping: {MEMCACHED} is not installed");
         return None;
     }
-    let port = free_port();
     let child = Command::new(MEMCACHED)
-        .args([
-            "-u",
-            "root",
-            "-p",
-            &port.to_string(),
-            "-l",
-            "127.0.0.1",
-            "-U",
-            "0",
-        ])
+        .args(["-u", "root", "-U", "0"])
+        .args(listen_flags)
         .spawn()
         .expect("start memcached");
     let guard = ServerGuard(child);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while !listening() {
         assert!(
             Instant::now() < deadline,
-            "memcached did not listen on port {port}"
+            "memcached did not listen ({listen_flags:?})"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some((guard, port))
+    Some(guard)
 }
 
 #[test]
@@ -98,4 +101,37 @@ fn pipelined_run_against_memcached_hits_preloaded_keys() {
         report.measured_seconds,
         report.settings.warmup_seconds
     );
+}
+
+#[test]
+fn a_run_over_memcacheds_unix_socket_hits_preloaded_keys() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("memcached.sock");
+    let path_text = path.to_str().expect("a UTF-8 path");
+    let Some(_memcached) = spawn_memcached(&["-s", path_text], || {
+        std::os::unix::net::UnixStream::connect(&path).is_ok()
+    }) else {
+        return;
+    };
+    let report = run(BenchOptions {
+        target: path_text.to_owned(),
+        threads: 1,
+        connections_per_thread: 3,
+        pipeline: 2,
+        ratio: Ratio { gets: 3, sets: 1 },
+        key_count: 2_000,
+        preload: true,
+        duration: Some(Duration::from_millis(500)),
+        warmup: Duration::from_millis(100),
+        seed: Some(7),
+        progress: false,
+        ..BenchOptions::default()
+    })
+    .expect("the run completes");
+    assert_eq!(report.preload.map(|preload| preload.keys), Some(2_000));
+    assert!(report.gets > 0 && report.sets > 0, "{report}");
+    assert_eq!(report.errors, 0);
+    assert_eq!(report.failed_connections, 0, "{:?}", report.first_failure);
+    assert_eq!(report.misses, 0, "every key was preloaded");
+    assert_eq!(report.hits, report.gets);
 }

@@ -1,8 +1,9 @@
 //! The server's configuration: defaults, the TOML file, and validation.
 //!
-//! Names match the command-line flags (`port`, `listen`, `max_connections`,
-//! `threads`, `memory_limit_mb`, `max_item_size`, `data_dir`, `durability`,
-//! `verbose`), so a config file reads like the flags it replaces.
+//! Names match the command-line flags (`port`, `listen`, `unix_socket`,
+//! `unix_socket_mode`, `max_connections`, `threads`, `memory_limit_mb`,
+//! `max_item_size`, `data_dir`, `durability`, `verbose`), so a config file
+//! reads like the flags it replaces.
 
 use crate::limits;
 use larder_engine::Durability;
@@ -17,6 +18,12 @@ pub struct ServerConfig {
     pub listen: IpAddr,
     /// TCP port (default 11211; 0 picks a free one).
     pub port: u16,
+    /// A Unix domain socket to listen on instead of TCP (memcached's `-s`):
+    /// when set, `listen` and `port` are not used.
+    pub unix_socket: Option<PathBuf>,
+    /// Permission bits of the Unix domain socket's file (memcached's `-a`,
+    /// default 0700: only the server's own user may connect).
+    pub unix_socket_mode: u32,
     /// Most concurrent client connections.
     pub max_connections: usize,
     /// Worker threads serving connections.
@@ -49,6 +56,8 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: IpAddr::from([127, 0, 0, 1]),
             port: 11211,
+            unix_socket: None,
+            unix_socket_mode: limits::UNIX_SOCKET_MODE_DEFAULT,
             max_connections: limits::CONNECTIONS_MAX_DEFAULT,
             threads: std::thread::available_parallelism().map_or(4, usize::from),
             memory_limit_mb: 1024,
@@ -72,6 +81,11 @@ pub struct ConfigFile {
     pub listen: Option<IpAddr>,
     /// See [`ServerConfig::port`].
     pub port: Option<u16>,
+    /// See [`ServerConfig::unix_socket`].
+    pub unix_socket: Option<PathBuf>,
+    /// See [`ServerConfig::unix_socket_mode`]; in TOML an octal integer
+    /// such as `0o770`.
+    pub unix_socket_mode: Option<u32>,
     /// See [`ServerConfig::max_connections`].
     pub max_connections: Option<usize>,
     /// See [`ServerConfig::threads`].
@@ -128,6 +142,12 @@ impl ConfigFile {
         if let Some(port) = self.port {
             config.port = port;
         }
+        if let Some(path) = self.unix_socket {
+            config.unix_socket = Some(path);
+        }
+        if let Some(mode) = self.unix_socket_mode {
+            config.unix_socket_mode = mode;
+        }
         if let Some(max) = self.max_connections {
             config.max_connections = max;
         }
@@ -176,6 +196,19 @@ pub fn parse_durability(name: &str) -> Result<Durability, ConfigError> {
             "durability must be always, everysec or none, not {name:?}"
         ))
     })
+}
+
+/// Parses a Unix domain socket's permission bits as memcached's `-a`
+/// takes them: octal digits, such as `700` or `0770`.
+pub fn parse_mode(text: &str) -> Result<u32, ConfigError> {
+    u32::from_str_radix(text.trim(), 8)
+        .ok()
+        .filter(|mode| *mode <= 0o777)
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "{text:?} is not a socket permission mode (octal, 0 to 0777, e.g. 0700)"
+            ))
+        })
 }
 
 /// Parses a size as memcached's `-I` does: bytes, or a number with a `k`,
@@ -230,6 +263,22 @@ impl ServerConfig {
                 timeout.start().as_millis(),
                 timeout.end().as_millis()
             )));
+        }
+        if self.unix_socket_mode > 0o777 {
+            return Err(ConfigError(format!(
+                "unix socket mode {:o} is outside 0..=0777 (octal)",
+                self.unix_socket_mode
+            )));
+        }
+        if let Some(path) = &self.unix_socket {
+            // The kernel's limit on a socket's path (`sun_path`), less the
+            // terminating zero.
+            if path.as_os_str().is_empty() || path.as_os_str().len() > 107 {
+                return Err(ConfigError(format!(
+                    "unix socket path {:?} must be 1 to 107 bytes long",
+                    path.display().to_string()
+                )));
+            }
         }
         if (self.segment_bytes() as usize) < item_fitting_segment(self.max_item_size) {
             return Err(ConfigError(format!(
@@ -309,6 +358,49 @@ mod tests {
                 .contains("smaller than the item size limit"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn socket_modes_parse_as_octal_like_memcached() {
+        assert_eq!(parse_mode("700").unwrap(), 0o700);
+        assert_eq!(parse_mode("0770").unwrap(), 0o770);
+        assert_eq!(parse_mode("0").unwrap(), 0);
+        for bad in ["", "800", "1000", "rw", "-7", "0x1ff"] {
+            assert!(parse_mode(bad).is_err(), "{bad:?}");
+        }
+        let file: ConfigFile =
+            toml::from_str("unix_socket = \"/run/larder.sock\"\nunix_socket_mode = 0o770").unwrap();
+        let mut config = ServerConfig::default();
+        assert_eq!(config.unix_socket_mode, 0o700);
+        file.apply(&mut config).unwrap();
+        assert_eq!(
+            config.unix_socket.as_deref(),
+            Some(Path::new("/run/larder.sock"))
+        );
+        assert_eq!(config.unix_socket_mode, 0o770);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn unusable_socket_settings_are_rejected() {
+        let mode = ServerConfig {
+            unix_socket_mode: 0o1777,
+            ..ServerConfig::default()
+        };
+        assert!(mode.validate().unwrap_err().to_string().contains("mode"));
+        for path in ["", &"s".repeat(108)] {
+            let config = ServerConfig {
+                unix_socket: Some(PathBuf::from(path)),
+                ..ServerConfig::default()
+            };
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("1 to 107 bytes"), "{error}");
+        }
+        let longest = ServerConfig {
+            unix_socket: Some(PathBuf::from("s".repeat(107))),
+            ..ServerConfig::default()
+        };
+        assert!(longest.validate().is_ok());
     }
 
     #[test]

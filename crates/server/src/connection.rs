@@ -20,9 +20,41 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::watch;
+
+/// A connected stream socket that a client's requests come over: TCP, or a
+/// Unix domain socket. Besides tokio's reads and writes, which wait, a
+/// connection reads and writes what the socket has or takes at once.
+pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Reads what has arrived into `buf` without waiting (`WouldBlock` if
+    /// nothing has).
+    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize>;
+    /// Writes what the socket takes of `buf` without waiting
+    /// (`WouldBlock` if it takes nothing).
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
+}
+
+impl Socket for TcpStream {
+    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        TcpStream::try_read_buf(self, buf)
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        TcpStream::try_write(self, buf)
+    }
+}
+
+impl Socket for UnixStream {
+    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        UnixStream::try_read_buf(self, buf)
+    }
+
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+        UnixStream::try_write(self, buf)
+    }
+}
 
 /// Whether the server has begun to shut down: whether `shutdown` has seen
 /// the channel change since the version it was cloned with, or its sender
@@ -49,8 +81,7 @@ enum End {
 }
 
 /// Serves one connection until it ends. Never panics on client input.
-pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let _ = stream.set_nodelay(true);
+pub async fn serve<S: Socket>(stream: S, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     // Cloned before `stop` first awaits a change on `shutdown`, so never
     // marked as having seen one (see [`stopping`]).
     let shutdown_seen = shutdown.clone();
@@ -78,8 +109,8 @@ pub async fn serve(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::
     let _ = connection.stream.shutdown().await;
 }
 
-struct Connection {
-    stream: TcpStream,
+struct Connection<S> {
+    stream: S,
     input: BytesMut,
     /// Bytes of a rejected data block still to be swallowed.
     discard_bytes: u64,
@@ -100,7 +131,7 @@ enum Protocol {
     Binary,
 }
 
-impl Connection {
+impl<S: Socket> Connection<S> {
     /// Serves until the connection ends; `stop` completes when the server
     /// begins to shut down, which `shutdown` also tells.
     async fn run(

@@ -42,13 +42,15 @@ mod text;
 
 pub use config::{ConfigError, ConfigFile, ServerConfig};
 
+use connection::Socket;
 use larder_protocol::Limits;
 use session::Shared;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
@@ -65,7 +67,7 @@ pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         /// The address asked for.
-        addr: SocketAddr,
+        addr: Address,
         /// Why.
         #[source]
         source: std::io::Error,
@@ -86,10 +88,73 @@ pub struct Shutdown {
     pub connections_cut: usize,
 }
 
+/// Where a server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    /// A TCP address and port.
+    Tcp(SocketAddr),
+    /// The path of a Unix domain socket.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => write!(f, "{addr}"),
+            Address::Unix(path) => write!(f, "unix socket {}", path.display()),
+        }
+    }
+}
+
 /// A server bound to its port with its data directory open, ready to run.
 pub struct Server {
     shared: Arc<Shared>,
-    listener: TcpListener,
+    listener: Listener,
+}
+
+/// The listening socket.
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixSocketFile),
+}
+
+/// A connection just accepted.
+enum Accepted {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+            Listener::Unix(socket) => socket
+                .listener
+                .accept()
+                .await
+                .map(|(s, _)| Accepted::Unix(s)),
+        }
+    }
+}
+
+/// A listening Unix domain socket and its file, which is removed when the
+/// listener is dropped (unless something else has taken the path since).
+struct UnixSocketFile {
+    listener: UnixListener,
+    path: PathBuf,
+    /// Device and inode of the socket's file.
+    identity: (u64, u64),
+}
+
+impl Drop for UnixSocketFile {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == self.identity);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// What to do about damage that stops a start.
@@ -118,8 +183,23 @@ impl Server {
             tokio::task::spawn_blocking(move || larder_engine::Engine::open(engine_config))
                 .await
                 .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        let addr = SocketAddr::new(config.listen, config.port);
-        let listener = listen(addr).map_err(|source| ServerError::Listen { addr, source })?;
+        let listener = match &config.unix_socket {
+            None => {
+                let addr = SocketAddr::new(config.listen, config.port);
+                listen(addr)
+                    .map(Listener::Tcp)
+                    .map_err(|source| ServerError::Listen {
+                        addr: Address::Tcp(addr),
+                        source,
+                    })?
+            }
+            Some(path) => listen_unix(path, config.unix_socket_mode)
+                .map(Listener::Unix)
+                .map_err(|source| ServerError::Listen {
+                    addr: Address::Unix(path.clone()),
+                    source,
+                })?,
+        };
         let shared = Arc::new(Shared {
             engine: Arc::new(engine),
             stats: stats::ServerStats::default(),
@@ -129,11 +209,14 @@ impl Server {
         Ok(Server { shared, listener })
     }
 
-    /// The address the server listens on (useful with port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::new(self.shared.config.listen, self.shared.config.port))
+    /// Where the server listens (with port 0, the port the system chose).
+    pub fn address(&self) -> Address {
+        match &self.listener {
+            Listener::Tcp(listener) => Address::Tcp(listener.local_addr().unwrap_or_else(|_| {
+                SocketAddr::new(self.shared.config.listen, self.shared.config.port)
+            })),
+            Listener::Unix(socket) => Address::Unix(socket.path.clone()),
+        }
     }
 
     /// Serves until `shutdown` resolves; then stops accepting, lets
@@ -153,7 +236,13 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => accept(stream, &shared, &permits, &stop, &mut connections),
+                    Ok(Accepted::Tcp(stream)) => {
+                        let _ = stream.set_nodelay(true);
+                        accept(stream, &shared, &permits, &stop, &mut connections);
+                    }
+                    Ok(Accepted::Unix(stream)) => {
+                        accept(stream, &shared, &permits, &stop, &mut connections);
+                    }
                     Err(error) if out_of_resources(&error) => {
                         let quiet = accept_warned
                             .is_some_and(|at| at.elapsed() < limits::ACCEPT_WARNING_INTERVAL);
@@ -278,8 +367,71 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(limits::LISTEN_BACKLOG)
 }
 
-fn accept(
-    stream: tokio::net::TcpStream,
+/// Opens a Unix domain socket at `path` whose file has permission bits
+/// `mode`, with the same backlog as TCP's. A socket file left at `path` by
+/// a server that has gone is replaced, as memcached does; anything else
+/// there is left alone and the start fails: a file that is not a socket, or
+/// a socket that a live server answers on.
+fn listen_unix(path: &Path, mode: u32) -> std::io::Result<UnixSocketFile> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    clear_stale_socket(path)?;
+    let address = SockAddr::unix(path)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.bind(&address)?;
+    let listening = (|| {
+        let metadata = std::fs::symlink_metadata(path)?;
+        // Before `listen`: until then every connect is refused, so no
+        // client gets in under the permissions the umask gave the file.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+        socket.listen(i32::try_from(limits::LISTEN_BACKLOG).unwrap_or(i32::MAX))?;
+        socket.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(std::os::unix::net::UnixListener::from(socket))?;
+        Ok(UnixSocketFile {
+            listener,
+            path: path.to_owned(),
+            identity: (metadata.dev(), metadata.ino()),
+        })
+    })();
+    if listening.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    listening
+}
+
+/// Removes a socket file at `path` that no server answers on; fails,
+/// removing nothing, if a server answers on it or the path is something
+/// other than a socket.
+fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error),
+        Ok(metadata) if !metadata.file_type().is_socket() => {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                "the path exists and is not a socket (left as it is)",
+            ))
+        }
+        Ok(_) => {}
+    }
+    // Without waiting: a live server whose backlog is full would keep a
+    // blocking connect waiting.
+    let probe = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    probe.set_nonblocking(true)?;
+    match probe.connect(&socket2::SockAddr::unix(path)?) {
+        Err(error) if error.kind() == ErrorKind::ConnectionRefused => std::fs::remove_file(path),
+        Err(error) if error.kind() != ErrorKind::WouldBlock => Err(error),
+        _ => Err(Error::new(
+            ErrorKind::AddrInUse,
+            "a server is listening on it already",
+        )),
+    }
+}
+
+fn accept<S: Socket>(
+    stream: S,
     shared: &Arc<Shared>,
     permits: &Arc<Semaphore>,
     stop: &watch::Receiver<bool>,
@@ -337,10 +489,7 @@ const IO_EVENTS_PER_BUSY_POLL_MAX: usize = 64;
 
 /// Runs a server with `config` on a new runtime until SIGTERM or SIGINT.
 /// `on_ready` is called with the bound address once it accepts connections.
-pub fn run(
-    config: ServerConfig,
-    on_ready: impl FnOnce(SocketAddr),
-) -> Result<Shutdown, ServerError> {
+pub fn run(config: ServerConfig, on_ready: impl FnOnce(Address)) -> Result<Shutdown, ServerError> {
     serve_until(config, on_ready, termination())
 }
 
@@ -365,7 +514,7 @@ pub fn run(
 /// served first (benchmarks/HISTORY.md, "Fewer ready connections per poll").
 pub fn serve_until(
     config: ServerConfig,
-    on_ready: impl FnOnce(SocketAddr),
+    on_ready: impl FnOnce(Address),
     shutdown: impl Future<Output = ()>,
 ) -> Result<Shutdown, ServerError> {
     let idle = Arc::new(larder_engine::IdleSignal::default());
@@ -385,7 +534,7 @@ pub fn serve_until(
         let server = Server::bind(config).await?;
         let attached = server.engine().attach_idle_signal(idle);
         assert!(attached, "a new engine has no idle signal yet");
-        on_ready(server.local_addr());
+        on_ready(server.address());
         server.run_until(shutdown).await
     })
 }

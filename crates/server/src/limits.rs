@@ -11,6 +11,9 @@ use std::time::Duration;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
 /// Largest `-c` accepted.
 pub const CONNECTIONS_MAX_CEILING: usize = 1 << 20;
+/// Default permission bits of a Unix domain socket's file (memcached's
+/// `-a` default): only the server's own user may connect.
+pub const UNIX_SOCKET_MODE_DEFAULT: u32 = 0o700;
 /// Connections the kernel may queue before the server accepts them.
 pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.

@@ -426,9 +426,24 @@ impl ServerStats {
             config.memory_limit_mb.saturating_mul(1 << 20),
         );
         write_stat_u64(out, b"maxconns", config.max_connections as u64);
-        write_stat_u64(out, b"tcpport", u64::from(config.port));
+        // With a Unix domain socket the server listens on no TCP port.
+        let tcp_port = if config.unix_socket.is_some() {
+            0
+        } else {
+            config.port
+        };
+        write_stat_u64(out, b"tcpport", u64::from(tcp_port));
         write_stat_u64(out, b"udpport", 0);
         write_stat(out, b"inter", config.listen.to_string().as_bytes());
+        match &config.unix_socket {
+            Some(path) => write_stat(out, b"domain_socket", path.as_os_str().as_encoded_bytes()),
+            None => write_stat(out, b"domain_socket", b"NULL"),
+        }
+        write_stat(
+            out,
+            b"umask",
+            format!("{:o}", config.unix_socket_mode).as_bytes(),
+        );
         write_stat_u64(out, b"verbosity", self.verbosity.load(Ordering::Relaxed));
         write_stat(out, b"evictions", b"off");
         write_stat_u64(out, b"num_threads", config.threads as u64);

@@ -106,7 +106,7 @@ fn random_bytes_never_crash_the_server() {
                 noise.extend_from_slice(b"\r\n");
             }
         }
-        let mut stream = TcpStream::connect(server.addr).unwrap();
+        let mut stream = TcpStream::connect(server.addr()).unwrap();
         stream.set_write_timeout(Some(REPLY_TIMEOUT)).unwrap();
         // The server may close on a line it cannot accept; that is fine.
         let _ = stream.write_all(&noise);
@@ -169,7 +169,7 @@ fn two_thousand_idle_connections_leave_another_client_served() {
     // threads are starved of CPU for a while, so no SYN is dropped and
     // retried a second later.
     for _ in 0..IDLE / 250 {
-        idle.extend((0..250).map(|_| TcpStream::connect(server.addr).unwrap()));
+        idle.extend((0..250).map(|_| TcpStream::connect(server.addr()).unwrap()));
         eventually("the idle connections to be accepted", || {
             worker.stats()["curr_connections"].parse::<usize>().unwrap() > idle.len()
         });
@@ -235,7 +235,7 @@ fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
     // The server must stop reading from it once its replies back up, so its
     // writes eventually block, long before it has sent 256 MiB of gets
     // (which would ask for some 14 TB of replies).
-    let stuck = TcpStream::connect(server.addr).unwrap();
+    let stuck = TcpStream::connect(server.addr()).unwrap();
     stuck.set_nonblocking(true).unwrap();
     let gets = b"get big\r\n".repeat(8 * 1024);
     let mut written = 0;

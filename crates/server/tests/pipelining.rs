@@ -122,7 +122,7 @@ fn concurrent_writers_under_always_share_group_commits() {
     const SETS_EACH: usize = 40;
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), Durability::Always);
-    let addr = server.addr;
+    let addr = server.addr();
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNECTIONS));
     let writers: Vec<_> = (0..CONNECTIONS)
         .map(|writer| {

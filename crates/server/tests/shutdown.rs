@@ -72,7 +72,7 @@ fn replies_in_flight_at_shutdown_arrive_whole_and_are_durable() {
 fn new_connections_are_refused_once_shutdown_is_signalled() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = TestServer::start(dir.path(), Durability::EverySec);
-    let addr = server.addr;
+    let addr = server.addr();
     let mut idle = server.raw();
     idle.call(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
     server.signal_shutdown();
@@ -185,7 +185,7 @@ fn a_client_that_never_reads_is_cut_when_the_grace_period_runs_out() {
     set.extend_from_slice(b"\r\n");
     writer.call(&set, b"STORED\r\n");
     // Enough gets that the replies cannot all fit in the socket buffers.
-    let stuck = TcpStream::connect(server.addr).unwrap();
+    let stuck = TcpStream::connect(server.addr()).unwrap();
     (&stuck).write_all(&b"get big\r\n".repeat(400)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
 

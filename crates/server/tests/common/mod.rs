@@ -12,7 +12,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing)]
 
 use larder_engine::Durability;
-use larder_server::{ServerConfig, ServerError, Shutdown};
+use larder_server::{Address, ServerConfig, ServerError, Shutdown};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -42,7 +42,7 @@ pub fn config(dir: &Path, durability: Durability) -> ServerConfig {
 /// A server running on a runtime of its own in a background thread.
 pub struct TestServer {
     /// Where it listens.
-    pub addr: SocketAddr,
+    pub address: Address,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<Shutdown, ServerError>>>,
 }
@@ -73,8 +73,8 @@ impl TestServer {
             .unwrap();
         // The sender is dropped unsent if the server fails to start.
         match ready.recv() {
-            Ok(addr) => TestServer {
-                addr,
+            Ok(address) => TestServer {
+                address,
                 shutdown: Some(shutdown),
                 thread: Some(thread),
             },
@@ -105,12 +105,21 @@ impl TestServer {
 
     /// A raw connection to this server.
     pub fn raw(&self) -> Raw {
-        Raw::connect(self.addr)
+        Raw::connect(self.addr())
     }
 
     /// A `memcache` crate client speaking the text protocol.
     pub fn client(&self) -> memcache::Client {
-        client(self.addr)
+        client(self.addr())
+    }
+
+    /// The TCP address it listens on; panics if it listens on a Unix
+    /// domain socket.
+    pub fn addr(&self) -> SocketAddr {
+        match &self.address {
+            Address::Tcp(addr) => *addr,
+            Address::Unix(path) => panic!("listening on {}, not TCP", path.display()),
+        }
     }
 
     /// The general `stats`, by name.

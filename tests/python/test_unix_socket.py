@@ -1,0 +1,127 @@
+"""Serving on a Unix domain socket (`-s PATH`, `-a MODE`), as memcached does.
+
+Each behaviour is checked on the real memcached first, through the same
+client (pymemcache, which takes a path as a Unix socket's address), and
+then on Larder: the socket file's permissions, `stats settings`, ordinary
+commands, and what a start does with a file already at the path.
+"""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from pymemcache.client.base import Client
+
+from conftest import LARDER_BIN
+
+
+def client(server) -> Client:
+    return Client(server.address, connect_timeout=5, timeout=10, default_noreply=False)
+
+
+def mode_of(path: Path) -> int:
+    info = path.lstat()
+    assert stat.S_ISSOCK(info.st_mode), f"{path} is not a socket"
+    return stat.S_IMODE(info.st_mode)
+
+
+def start(servers, name: str, socket_path: Path, extra=()):
+    if name == "memcached":
+        return servers.memcached(extra=extra, unix_socket=socket_path)
+    return servers.larder(extra=extra, unix_socket=socket_path)
+
+
+@pytest.mark.parametrize("name", ["memcached", "larder"])
+def test_commands_and_settings_over_the_socket(servers, tmp_path, name):
+    path = tmp_path / f"{name}.sock"
+    server = start(servers, name, path)
+    assert mode_of(path) == 0o700  # memcached's default -a
+    c = client(server)
+    assert c.set("k", b"v1", expire=0, flags=5)
+    assert c.get("k") == b"v1"
+    value, cas = c.gets("k")
+    assert value == b"v1"
+    assert c.cas("k", b"v2", cas) is True
+    assert c.cas("k", b"v3", cas) is False
+    assert c.add("k", b"other") is False
+    assert c.set("n", b"10")
+    assert c.incr("n", 5) == 15
+    assert c.get_many(["k", "n", "missing"]) == {"k": b"v2", "n": b"15"}
+    assert c.delete("k") is True
+    assert c.get("k") is None
+    settings = c.stats("settings")
+    assert settings[b"domain_socket"] == str(path).encode()
+    assert settings[b"umask"] == 0o700  # pymemcache reads it as octal
+    c.close()
+
+
+@pytest.mark.parametrize("name", ["memcached", "larder"])
+def test_the_socket_gets_the_mode_given_with_a(servers, tmp_path, name):
+    path = tmp_path / f"{name}.sock"
+    server = start(servers, name, path, extra=["-a", "0770"])
+    assert mode_of(path) == 0o770
+    assert client(server).stats("settings")[b"umask"] == 0o770
+
+
+def test_acknowledged_writes_over_the_socket_survive_sigkill(servers, tmp_path):
+    path = tmp_path / "larder.sock"
+    larder = servers.larder(durability="always", unix_socket=path)
+    c = client(larder)
+    for i in range(500):
+        assert c.set(f"key-{i}", f"value-{i}".encode())
+    c.close()
+    larder.restart(crash=True)  # the socket file is left behind; the start replaces it
+    c = client(larder)
+    found = c.get_many([f"key-{i}" for i in range(500)])
+    assert found == {f"key-{i}": f"value-{i}".encode() for i in range(500)}
+    c.close()
+    assert larder.stop() == 0
+    assert not path.exists(), "a clean stop removes the socket file"
+
+
+def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers, tmp_path):
+    live = tmp_path / "live.sock"
+    servers.larder(unix_socket=live)
+    taken = subprocess.run(
+        [LARDER_BIN, "serve", "-s", str(live), "--data-dir", str(tmp_path / "second")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert taken.returncode == 1, taken
+    lines = taken.stderr.strip().splitlines()
+    assert lines[-1] == f"larder: cannot listen on unix socket {live}: a server is listening on it already"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(live))  # the first server still has it
+
+    file = tmp_path / "notes.txt"
+    file.write_text("keep me")
+    refused = subprocess.run(
+        [LARDER_BIN, "serve", "-s", str(file), "--data-dir", str(tmp_path / "third")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert refused.returncode == 1, refused
+    assert "is not a socket" in refused.stderr.strip().splitlines()[-1]
+    assert file.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("mode", ["999", "rw", "01777"])
+def test_a_bad_mode_is_refused_with_one_line(tmp_path, mode):
+    done = subprocess.run(
+        [LARDER_BIN, "serve", "-s", str(tmp_path / "x.sock"), "-a", mode, "--data-dir", str(tmp_path / "d")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        f'larder: "{mode}" is not a socket permission mode (octal, 0 to 0777, e.g. 0700)'
+    ]
+    assert not (tmp_path / "d").exists(), "nothing is created for a refused start"
+    assert not (tmp_path / "x.sock").exists()
