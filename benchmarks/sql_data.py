@@ -13,7 +13,7 @@ Usage:
       DIR/ids_b.txt: COUNT ids drawn uniformly from 1..N, one a line.
       DIR/ids_b.txt.<t> for t in 0..T-1: line i of ids_b.txt goes to file
       i mod T, so T sysbench threads together read exactly ids_b.txt.
-  sql_data.py load --port P --csv FILE --key-prefix PREFIX --value row|rest
+  sql_data.py load --port P|--socket PATH --csv FILE --key-prefix PREFIX --value row|rest
       Sets one key per CSV line over one connection on 127.0.0.1, pipelined
       in batches: key = PREFIX + the line's first field; value = the whole
       line (row) or the line after its first comma (rest). Every reply must
@@ -168,8 +168,13 @@ def gen_b(args: argparse.Namespace) -> int:
 class Loader:
     """One memcached text-protocol connection that sets pipelined batches."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=REPLY_WAIT_SECONDS)
+    def __init__(self, port: int | None, path: str | None) -> None:
+        if path is not None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(REPLY_WAIT_SECONDS)
+            self.sock.connect(path)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=REPLY_WAIT_SECONDS)
         self.buffer = b""
 
     def read_line(self) -> bytes:
@@ -217,7 +222,7 @@ class Loader:
 
 def load(args: argparse.Namespace) -> int:
     prefix = args.key_prefix.encode()
-    loader = Loader(args.port)
+    loader = Loader(args.port, args.socket)
     started = time.monotonic()
     rows = 0
     value_bytes = 0
@@ -282,7 +287,9 @@ def main() -> int:
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--out", required=True)
     ld = sub.add_parser("load")
-    ld.add_argument("--port", type=positive, required=True)
+    where = ld.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=positive)
+    where.add_argument("--socket", help="a Unix domain socket's path")
     ld.add_argument("--csv", required=True)
     ld.add_argument("--key-prefix", default="")
     ld.add_argument("--value", choices=("row", "rest"), required=True)

@@ -48,6 +48,11 @@
 #                             (THREADS_*) are spread over them, so it must
 #                             divide THREADS_*. The default gives one thread
 #                             per connection, as sysbench has.
+#   TRANSPORT [tcp]           tcp: every client connects over TCP to
+#                             127.0.0.1; unix: over each server's Unix
+#                             domain socket (larder -s, memcached -s,
+#                             sysbench --mysql-socket), the cheaper way
+#                             for clients on the same machine
 #   SERVER_THREADS [2]        larder -t, memcached -t (MariaDB: a thread per
 #                             connection, its default)
 #   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
@@ -72,7 +77,9 @@
 #                             when the script made it
 #   INSTALL [1]               0: never apt-get; fail if something is missing
 #
-# Every server listens on 127.0.0.1 on a free port with its own data
+# Every server listens on 127.0.0.1 on a free port (with TRANSPORT=unix,
+# Larder and memcached on a socket in their directory instead, MariaDB on
+# both) with its own data
 # directory under WORK_DIR and is stopped by its PID (a trap stops whatever
 # is still running on exit). MariaDB runs as mariadbd started here on a
 # datadir made by mariadb-install-db, never the system service. Within an
@@ -108,6 +115,7 @@ ROUNDS="${ROUNDS:-10}"
 RUNS_B="${RUNS_B:-1}"
 KV_CLIENT_THREADS_A="${KV_CLIENT_THREADS_A:-$THREADS_A}"
 KV_CLIENT_THREADS_B="${KV_CLIENT_THREADS_B:-$THREADS_B}"
+TRANSPORT="${TRANSPORT:-tcp}"
 SERVER_THREADS="${SERVER_THREADS:-2}"
 MEMORY_MB="${MEMORY_MB:-4096}"
 INNODB_BUFFER_POOL="${INNODB_BUFFER_POOL:-2G}"
@@ -146,6 +154,7 @@ esac
 (( THREADS_A % KV_CLIENT_THREADS_A == 0 )) || die "KV_CLIENT_THREADS_A ($KV_CLIENT_THREADS_A) must divide THREADS_A ($THREADS_A)"
 (( THREADS_B % KV_CLIENT_THREADS_B == 0 )) || die "KV_CLIENT_THREADS_B ($KV_CLIENT_THREADS_B) must divide THREADS_B ($THREADS_B)"
 (( KV_CLIENT_THREADS_A <= 256 && KV_CLIENT_THREADS_B <= 256 )) || die "larder bench takes at most 256 threads"
+[[ "$TRANSPORT" == tcp || "$TRANSPORT" == unix ]] || die "TRANSPORT must be tcp or unix, not $TRANSPORT"
 SERVER_PIN=() CLIENT_PIN=()   # taskset prefixes, empty when not pinned
 cpu_pin SERVER_PIN "$SERVER_CPUS"
 cpu_pin CLIENT_PIN "$CLIENT_CPUS"
@@ -201,6 +210,7 @@ use_work_dir sql
 # ------------------------------------------------------- server lifecycle
 declare -A SERVER_PID=()    # process name -> pid
 declare -A SERVER_PORT=()   # process name -> port
+declare -A SERVER_TARGET=() # larder, memcached -> host:port or socket path
 declare -A SERVER_DIR=()    # process name -> its directory under WORK_DIR
 SYSBENCH=()                 # the command sysbench_cmd built last
 
@@ -220,14 +230,18 @@ start_kv() {
     port="$(free_port)"
     dir="$WORK_DIR/$exp-$name"
     mkdir -p "$dir/data"
-    local cmd
+    local cmd listen=(-l 127.0.0.1 -p "$port") target="127.0.0.1:$port"
+    if [[ "$TRANSPORT" == unix ]]; then
+        target="$dir/server.sock"
+        listen=(-s "$target")
+    fi
     case "$name" in
         larder)
-            cmd=("$LARDER" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
+            cmd=("$LARDER" serve "${listen[@]}" -t "$SERVER_THREADS" -m "$MEMORY_MB"
                 -c 4096 --data-dir "$dir/data" --durability everysec)
             ;;
         memcached)
-            cmd=(memcached -l 127.0.0.1 -p "$port" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
+            cmd=(memcached "${listen[@]}" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
                 -c 4096 -u "$(id -un)")
             ;;
     esac
@@ -237,12 +251,32 @@ start_kv() {
     pid=$!
     SERVER_PID[$name]=$pid
     SERVER_PORT[$name]=$port
+    SERVER_TARGET[$name]=$target
     SERVER_DIR[$name]=$dir
-    if ! wait_for_port "$port" "$pid"; then
-        tail -n 20 "$dir/server.log" >&2 || true
-        die "$name did not start listening on 127.0.0.1:$port"
+    local listening=1
+    if [[ "$TRANSPORT" == unix ]]; then
+        wait_for_socket "$target" "$pid" || listening=0
+    else
+        wait_for_port "$port" "$pid" || listening=0
     fi
-    log "$exp: $name on 127.0.0.1:$port (pid $pid)"
+    if [[ "$listening" == 0 ]]; then
+        tail -n 20 "$dir/server.log" >&2 || true
+        die "$name did not start listening on $target"
+    fi
+    log "$exp: $name on $target (pid $pid)"
+}
+
+# wait_for_socket PATH PID: until the Unix domain socket at PATH accepts a
+# connection (10 s at most); fails at once if PID has exited.
+wait_for_socket() {
+    local path="$1" pid="$2" i
+    for ((i = 0; i < 200; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        "$PYTHON" -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' \
+            "$path" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
 }
 
 mariadb_sql() {
@@ -290,7 +324,9 @@ start_mariadb() {
     done
     mariadb_sql -e "CREATE DATABASE kv;
         CREATE USER 'bench'@'127.0.0.1' IDENTIFIED BY 'bench';
-        GRANT ALL ON kv.* TO 'bench'@'127.0.0.1';" || die "cannot set up MariaDB"
+        GRANT ALL ON kv.* TO 'bench'@'127.0.0.1';
+        CREATE USER 'bench'@'localhost' IDENTIFIED BY 'bench';
+        GRANT ALL ON kv.* TO 'bench'@'localhost';" || die "cannot set up MariaDB"
     log "$exp: mariadbd on 127.0.0.1:$port (pid $pid)"
 }
 
@@ -330,7 +366,9 @@ mariadb_settle() {
 
 kv_load() {
     local exp="$1" name="$2" csv="$3" prefix="$4" value="$5"
-    local cmd=("$PYTHON" "$SCRIPT_DIR/sql_data.py" load --port "${SERVER_PORT[$name]}"
+    local where=(--port "${SERVER_PORT[$name]}")
+    [[ "$TRANSPORT" == unix ]] && where=(--socket "${SERVER_TARGET[$name]}")
+    local cmd=("$PYTHON" "$SCRIPT_DIR/sql_data.py" load "${where[@]}"
         --csv "$csv" --key-prefix "$prefix" --value "$value")
     record "$exp load $name" "${cmd[@]}"
     "${cmd[@]}" | "$PYTHON" -c '
@@ -382,8 +420,9 @@ sysbench_cmd() {
     # (unpinned: run_cell adds CLIENT_PIN).
     local threads="$1"
     shift
-    SYSBENCH=(sysbench "$LUA_SCRIPT" --db-driver=mysql --mysql-host=127.0.0.1
-        --mysql-port="${SERVER_PORT[mariadb]}" --mysql-user=bench --mysql-password=bench
+    local where=(--mysql-host=127.0.0.1 --mysql-port="${SERVER_PORT[mariadb]}")
+    [[ "$TRANSPORT" == unix ]] && where=(--mysql-socket="${SERVER_DIR[mariadb]}/mariadb.sock")
+    SYSBENCH=(sysbench "$LUA_SCRIPT" --db-driver=mysql "${where[@]}" --mysql-user=bench --mysql-password=bench
         --mysql-db=kv --threads="$threads" --percentile=99 "$@" run)
 }
 
@@ -392,7 +431,7 @@ measure_a() {
     mkdir -p "$RAW/A/$cell"
     case "$cell" in
         larder|memcached)
-            run_cell A "$cell" "$run" "$out" "$LARDER" bench -s "127.0.0.1:${SERVER_PORT[$cell]}" \
+            run_cell A "$cell" "$run" "$out" "$LARDER" bench -s "${SERVER_TARGET[$cell]}" \
                 --protocol memcached -t "$KV_CLIENT_THREADS_A" -c $((THREADS_A / KV_CLIENT_THREADS_A)) \
                 -P 1 --ratio 1:0 --key-file "$DATA/keys_a.txt" --key-prefix '' \
                 -d "${DURATION}s" --warmup "${WARMUP}s" --seed "$seed" --json -q
@@ -417,7 +456,7 @@ measure_b() {
     mkdir -p "$RAW/B/$cell"
     case "$cell" in
         larder|memcached)
-            run_cell B "$cell" "$run" "$out" "$LARDER" bench -s "127.0.0.1:${SERVER_PORT[$cell]}" \
+            run_cell B "$cell" "$run" "$out" "$LARDER" bench -s "${SERVER_TARGET[$cell]}" \
                 --protocol memcached -t "$KV_CLIENT_THREADS_B" -c $((THREADS_B / KV_CLIENT_THREADS_B)) \
                 -P 1 --ratio 1:0 --key-file "$DATA/ids_b.txt" --key-prefix '' -n "$reads" \
                 --seed "$((SEED + run))" --json -q
@@ -448,7 +487,7 @@ server_versions() {
     echo "kernel: $(uname -sr)"
     echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
     server_versions
-    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SEED=$SEED SERVER_CPUS=${SERVER_CPUS:-all} CLIENT_CPUS=${CLIENT_CPUS:-all}"
+    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SEED=$SEED SERVER_CPUS=${SERVER_CPUS:-all} CLIENT_CPUS=${CLIENT_CPUS:-all} TRANSPORT=$TRANSPORT"
     echo "mariadb_config: innodb_buffer_pool_size=$INNODB_BUFFER_POOL innodb_adaptive_hash_index=$INNODB_AHI innodb_log_file_size=512M innodb_flush_log_at_trx_commit=2 (loading only; reads do not write) max_heap_table_size=$MAX_HEAP_TABLE thread_handling=$MARIADB_THREAD_HANDLING max_connections=1000 performance_schema=OFF query_cache_type=0 skip_name_resolve skip_log_bin"
     echo "servers_a: $SERVERS_A"
     echo "servers_b: $SERVERS_B"

@@ -254,7 +254,7 @@ def kernel_table(exp: dict) -> list[str]:
     md = [
         "CPU per row by where it ran (median of the runs). *vCPUs busy* is client and server CPU over "
         "the client's run; *no user-space time* is the rate if client and server spent nothing in user "
-        "space, their kernel's work per row (system calls, TCP over loopback, wake-ups) staying as "
+        "space, their kernel's work per row (system calls, the sockets, wake-ups) staying as "
         "measured and the vCPUs as busy: what faster user-space code on either side could reach at most, "
         "unless it also cut the kernel's work per row or kept more vCPUs busy.",
         "",
@@ -323,6 +323,14 @@ def describe(exp_name: str, s: dict) -> str:
     )
 
 
+def transport(settings: dict[str, str]) -> str:
+    """How the clients reached the servers."""
+    if settings.get("TRANSPORT", "tcp") == "unix":
+        return ("over each server's Unix domain socket (Larder's and memcached's `-s`, MariaDB's socket "
+                "through `--mysql-socket`).")
+    return "over TCP on 127.0.0.1."
+
+
 def sharing(settings: dict[str, str]) -> str:
     """One sentence on how client and server shared the CPUs."""
     server, client = settings.get("SERVER_CPUS", "all"), settings.get("CLIENT_CPUS", "all")
@@ -347,7 +355,7 @@ def write_markdown(results_dir: Path, doc: dict, commands: list[str]) -> None:
         "protocol (one `get` per row); MariaDB with sysbench 1.0 running "
         "`benchmarks/sysbench/kv_point_select.lua` (one server-side prepared `SELECT ... WHERE id = ?` "
         "per row, binary protocol). Both use the same number of client threads and connections, one "
-        "request in flight per connection, over TCP on 127.0.0.1. " + sharing(s) + " "
+        "request in flight per connection, " + transport(s) + " " + sharing(s) + " "
         "Misses count reads that found no row (must be 0).",
         "",
     ]

@@ -321,6 +321,35 @@ def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
     assert f"pinned to CPUs {server_cpus} and every measured client to CPUs {client_cpus}" in markdown
 
 
+def test_sql_experiments_script_reads_over_unix_sockets(tmp_path):
+    results = run_sql_experiments(
+        tmp_path, EXPERIMENTS="B", SERVERS_B="larder memcached mariadb-innodb", TRANSPORT="unix"
+    )
+
+    cells = json.loads((results / "sql-experiments.json").read_text())["experiments"]["B"]["cells"]
+    assert set(cells) == {"larder", "memcached", "mariadb-innodb"}
+    for server, cell in cells.items():
+        assert cell["rows_per_second"]["median"] > 0, server
+        assert (cell["errors"], cell["misses"]) == (0, 0), server
+    commands = (results / "sql-raw" / "commands.txt").read_text().splitlines()
+
+    def command(label: str) -> list:
+        [line] = [c for c in commands if c.startswith(label + ":")]
+        return line.split()
+
+    for server in ("larder", "memcached"):
+        started = command(f"B start {server}")
+        assert "-p" not in started and "-l" not in started, started
+        socket_path = started[started.index("-s") + 1]
+        assert socket_path.endswith("/server.sock"), started
+        client = command(f"B {server} run1")
+        assert client[client.index("-s") + 1] == socket_path, client
+    sysbench = command("B mariadb-innodb run1")
+    assert any(word.startswith("--mysql-socket=") for word in sysbench), sysbench
+    assert not any(word.startswith("--mysql-port=") for word in sysbench), sysbench
+    assert "over each server's Unix domain socket" in (results / "sql-experiments.md").read_text()
+
+
 def test_sql_experiments_script_refuses_cpus_the_machine_lacks(tmp_path):
     env = dict(os.environ, SMOKE="1", SERVER_CPUS="4095", LARDER=LARDER_BIN, TMPDIR=str(tmp_path))
     log = tmp_path / "sql.log"
