@@ -190,7 +190,9 @@ def test_go_client_checks_pass_over_a_unix_socket(built, servers, tmp_path):
     assert_all_passed(run_program(built, go, larder, "checks"), "Larder's socket")
     written = run_program(built, go, larder, "write", str(PERSISTED_KEYS), "11")
     assert written.returncode == 0, explain(written)
-    larder.restart(crash=True)  # leaves the socket file behind, which the start replaces
+    larder.kill()
+    assert (tmp_path / "larder.sock").is_socket(), "SIGKILL leaves the socket file"
+    larder.start()  # which replaces it
     read = run_program(built, go, larder, "verify", str(PERSISTED_KEYS), "11")
     assert read.returncode == 0, f"after SIGKILL and restart:\n{explain(read)}"
     assert f"verified {PERSISTED_KEYS} keys" in read.stdout, explain(read)

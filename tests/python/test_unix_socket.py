@@ -1,9 +1,12 @@
 """Serving on a Unix domain socket (`-s PATH`, `-a MODE`), as memcached does.
 
-Each behaviour is checked on the real memcached first, through the same
-client (pymemcache, which takes a path as a Unix socket's address), and
-then on Larder: the socket file's permissions, `stats settings`, ordinary
-commands, and what a start does with a file already at the path.
+What the two servers share is checked on the real memcached first, through
+the same client (pymemcache, which takes a path as a Unix socket's address),
+and then on Larder: ordinary commands, the socket file's permissions and
+`stats settings`. What is Larder's own is checked on Larder alone: writes
+over the socket surviving SIGKILL, a clean stop removing the file, a socket
+a live server answers on or a path that is not a socket stopping the start
+(memcached would take the path over), and bad modes refused.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ def mode_of(path: Path) -> int:
     info = path.lstat()
     assert stat.S_ISSOCK(info.st_mode), f"{path} is not a socket"
     return stat.S_IMODE(info.st_mode)
+
+
+def serve(*args: str) -> subprocess.CompletedProcess:
+    """`larder serve ARGS`, expected to stop by itself."""
+    return subprocess.run([LARDER_BIN, "serve", *args], capture_output=True, text=True, timeout=30)
 
 
 def start(servers, name: str, socket_path: Path, extra=()):
@@ -56,6 +64,7 @@ def test_commands_and_settings_over_the_socket(servers, tmp_path, name):
     settings = c.stats("settings")
     assert settings[b"domain_socket"] == str(path).encode()
     assert settings[b"umask"] == 0o700  # pymemcache reads it as octal
+    assert settings[b"tcpport"] == server.port  # -p, though not listened on
     c.close()
 
 
@@ -74,7 +83,9 @@ def test_acknowledged_writes_over_the_socket_survive_sigkill(servers, tmp_path):
     for i in range(500):
         assert c.set(f"key-{i}", f"value-{i}".encode())
     c.close()
-    larder.restart(crash=True)  # the socket file is left behind; the start replaces it
+    larder.kill()
+    assert stat.S_ISSOCK(path.lstat().st_mode), "SIGKILL leaves the socket file"
+    larder.start()  # which replaces it
     c = client(larder)
     found = c.get_many([f"key-{i}" for i in range(500)])
     assert found == {f"key-{i}": f"value-{i}".encode() for i in range(500)}
@@ -86,12 +97,7 @@ def test_acknowledged_writes_over_the_socket_survive_sigkill(servers, tmp_path):
 def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers, tmp_path):
     live = tmp_path / "live.sock"
     servers.larder(unix_socket=live)
-    taken = subprocess.run(
-        [LARDER_BIN, "serve", "-s", str(live), "--data-dir", str(tmp_path / "second")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    taken = serve("-s", str(live), "--data-dir", str(tmp_path / "second"))
     assert taken.returncode == 1, taken
     lines = taken.stderr.strip().splitlines()
     assert lines[-1] == f"larder: cannot listen on unix socket {live}: a server is listening on it already"
@@ -100,28 +106,23 @@ def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers,
 
     file = tmp_path / "notes.txt"
     file.write_text("keep me")
-    refused = subprocess.run(
-        [LARDER_BIN, "serve", "-s", str(file), "--data-dir", str(tmp_path / "third")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    refused = serve("-s", str(file), "--data-dir", str(tmp_path / "third"))
     assert refused.returncode == 1, refused
     assert "is not a socket" in refused.stderr.strip().splitlines()[-1]
     assert file.read_text() == "keep me"
 
 
-@pytest.mark.parametrize("mode", ["999", "rw", "01777"])
+@pytest.mark.parametrize("mode", ["999", "rw", "+700", "01777"])
 def test_a_bad_mode_is_refused_with_one_line(tmp_path, mode):
-    done = subprocess.run(
-        [LARDER_BIN, "serve", "-s", str(tmp_path / "x.sock"), "-a", mode, "--data-dir", str(tmp_path / "d")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = serve("-s", str(tmp_path / "x.sock"), "-a", mode, "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 2, done
     assert done.stderr.strip().splitlines() == [
         f'larder: "{mode}" is not a socket permission mode (octal, 0 to 0777, e.g. 0700)'
     ]
     assert not (tmp_path / "d").exists(), "nothing is created for a refused start"
-    assert not (tmp_path / "x.sock").exists()
+
+
+def test_memcacheds_long_name_for_the_mode_is_taken(servers, tmp_path):
+    path = tmp_path / "larder.sock"
+    servers.larder(unix_socket=path, extra=["--unix-mask", "0750"])
+    assert mode_of(path) == 0o750

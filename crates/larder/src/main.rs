@@ -124,9 +124,14 @@ struct ServeArgs {
     /// replaced.
     #[arg(short = 's', long = "unix-socket", value_name = "PATH")]
     unix_socket: Option<PathBuf>,
-    /// Permission bits of the Unix domain socket's file, in octal
-    /// [default: 0700].
-    #[arg(short = 'a', long = "unix-socket-mode", value_name = "MODE")]
+    /// Permission bits of the Unix domain socket's file, in octal, 0 to
+    /// 0777 [default: 0700].
+    #[arg(
+        short = 'a',
+        long = "unix-socket-mode",
+        alias = "unix-mask",
+        value_name = "MODE"
+    )]
     unix_socket_mode: Option<String>,
     /// Most concurrent client connections [default: 1024].
     #[arg(short = 'c', long = "max-connections")]
@@ -173,15 +178,11 @@ impl ServeArgs {
         if let Some(path) = &self.config {
             ConfigFile::load(path)?.apply(&mut config)?;
         }
-        let unix_socket_mode = match &self.unix_socket_mode {
-            Some(text) => Some(config::parse_mode(text)?),
-            None => None,
-        };
         let flags = ConfigFile {
             listen: self.listen,
             port: self.port,
             unix_socket: self.unix_socket,
-            unix_socket_mode,
+            unix_socket_mode: self.unix_socket_mode,
             max_connections: self.max_connections,
             threads: self.threads,
             memory_limit_mb: self.memory_limit,

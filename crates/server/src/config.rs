@@ -83,9 +83,9 @@ pub struct ConfigFile {
     pub port: Option<u16>,
     /// See [`ServerConfig::unix_socket`].
     pub unix_socket: Option<PathBuf>,
-    /// See [`ServerConfig::unix_socket_mode`]; in TOML an octal integer
-    /// such as `0o770`.
-    pub unix_socket_mode: Option<u32>,
+    /// See [`ServerConfig::unix_socket_mode`]: octal digits in a string,
+    /// such as `"0770"`, read as `-a` reads them.
+    pub unix_socket_mode: Option<String>,
     /// See [`ServerConfig::max_connections`].
     pub max_connections: Option<usize>,
     /// See [`ServerConfig::threads`].
@@ -146,7 +146,7 @@ impl ConfigFile {
             config.unix_socket = Some(path);
         }
         if let Some(mode) = self.unix_socket_mode {
-            config.unix_socket_mode = mode;
+            config.unix_socket_mode = parse_mode(&mode)?;
         }
         if let Some(max) = self.max_connections {
             config.max_connections = max;
@@ -201,8 +201,11 @@ pub fn parse_durability(name: &str) -> Result<Durability, ConfigError> {
 /// Parses a Unix domain socket's permission bits as memcached's `-a`
 /// takes them: octal digits, such as `700` or `0770`.
 pub fn parse_mode(text: &str) -> Result<u32, ConfigError> {
-    u32::from_str_radix(text.trim(), 8)
-        .ok()
+    let digits = text.trim();
+    let octal = !digits.is_empty() && digits.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    octal
+        .then(|| u32::from_str_radix(digits, 8).ok())
+        .flatten()
         .filter(|mode| *mode <= 0o777)
         .ok_or_else(|| {
             ConfigError(format!(
@@ -271,12 +274,12 @@ impl ServerConfig {
             )));
         }
         if let Some(path) = &self.unix_socket {
-            // The kernel's limit on a socket's path (`sun_path`), less the
-            // terminating zero.
-            if path.as_os_str().is_empty() || path.as_os_str().len() > 107 {
+            let length = path.as_os_str().len();
+            if length == 0 || length > limits::UNIX_SOCKET_PATH_BYTES_MAX {
                 return Err(ConfigError(format!(
-                    "unix socket path {:?} must be 1 to 107 bytes long",
-                    path.display().to_string()
+                    "unix socket path {:?} must be 1 to {} bytes long",
+                    path.display().to_string(),
+                    limits::UNIX_SOCKET_PATH_BYTES_MAX
                 )));
             }
         }
@@ -365,11 +368,12 @@ mod tests {
         assert_eq!(parse_mode("700").unwrap(), 0o700);
         assert_eq!(parse_mode("0770").unwrap(), 0o770);
         assert_eq!(parse_mode("0").unwrap(), 0);
-        for bad in ["", "800", "1000", "rw", "-7", "0x1ff"] {
+        for bad in ["", "800", "1000", "rw", "-7", "+700", "0x1ff", "07 7"] {
             assert!(parse_mode(bad).is_err(), "{bad:?}");
         }
         let file: ConfigFile =
-            toml::from_str("unix_socket = \"/run/larder.sock\"\nunix_socket_mode = 0o770").unwrap();
+            toml::from_str("unix_socket = \"/run/larder.sock\"\nunix_socket_mode = \"0770\"")
+                .unwrap();
         let mut config = ServerConfig::default();
         assert_eq!(config.unix_socket_mode, 0o700);
         file.apply(&mut config).unwrap();
@@ -379,6 +383,11 @@ mod tests {
         );
         assert_eq!(config.unix_socket_mode, 0o770);
         assert!(config.validate().is_ok());
+        // A number would be read in decimal, a mode is octal: refused.
+        assert!(toml::from_str::<ConfigFile>("unix_socket_mode = 400").is_err());
+        let bad: ConfigFile = toml::from_str("unix_socket_mode = \"0999\"").unwrap();
+        let error = bad.apply(&mut config).unwrap_err().to_string();
+        assert!(error.contains("not a socket permission mode"), "{error}");
     }
 
     #[test]

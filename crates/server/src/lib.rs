@@ -137,16 +137,21 @@ impl Listener {
     }
 }
 
-/// A listening Unix domain socket and its file, which is removed when the
-/// listener is dropped (unless something else has taken the path since).
+/// A listening Unix domain socket and its file.
 struct UnixSocketFile {
     listener: UnixListener,
+    file: BoundPath,
+}
+
+/// The file a Unix domain socket was bound to, removed when this is
+/// dropped unless something else has taken the path since.
+struct BoundPath {
     path: PathBuf,
     /// Device and inode of the socket's file.
     identity: (u64, u64),
 }
 
-impl Drop for UnixSocketFile {
+impl Drop for BoundPath {
     fn drop(&mut self) {
         use std::os::unix::fs::MetadataExt;
         let ours = std::fs::symlink_metadata(&self.path)
@@ -194,6 +199,7 @@ impl Server {
                     })?
             }
             Some(path) => listen_unix(path, config.unix_socket_mode)
+                .await
                 .map(Listener::Unix)
                 .map_err(|source| ServerError::Listen {
                     addr: Address::Unix(path.clone()),
@@ -215,7 +221,7 @@ impl Server {
             Listener::Tcp(listener) => Address::Tcp(listener.local_addr().unwrap_or_else(|_| {
                 SocketAddr::new(self.shared.config.listen, self.shared.config.port)
             })),
-            Listener::Unix(socket) => Address::Unix(socket.path.clone()),
+            Listener::Unix(socket) => Address::Unix(socket.file.path.clone()),
         }
     }
 
@@ -369,40 +375,32 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Opens a Unix domain socket at `path` whose file has permission bits
 /// `mode`, with the same backlog as TCP's. A socket file left at `path` by
-/// a server that has gone is replaced, as memcached does; anything else
-/// there is left alone and the start fails: a file that is not a socket, or
-/// a socket that a live server answers on.
-fn listen_unix(path: &Path, mode: u32) -> std::io::Result<UnixSocketFile> {
-    use socket2::{Domain, SockAddr, Socket, Type};
+/// a server that has gone is replaced, as memcached replaces any socket
+/// file there; unlike memcached, anything else there is left alone and the
+/// start fails: a socket that a live server answers on, or a file that is
+/// not a socket.
+async fn listen_unix(path: &Path, mode: u32) -> std::io::Result<UnixSocketFile> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    clear_stale_socket(path)?;
-    let address = SockAddr::unix(path)?;
-    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
-    socket.bind(&address)?;
-    let listening = (|| {
-        let metadata = std::fs::symlink_metadata(path)?;
-        // Before `listen`: until then every connect is refused, so no
-        // client gets in under the permissions the umask gave the file.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-        socket.listen(i32::try_from(limits::LISTEN_BACKLOG).unwrap_or(i32::MAX))?;
-        socket.set_nonblocking(true)?;
-        let listener = UnixListener::from_std(std::os::unix::net::UnixListener::from(socket))?;
-        Ok(UnixSocketFile {
-            listener,
-            path: path.to_owned(),
-            identity: (metadata.dev(), metadata.ino()),
-        })
-    })();
-    if listening.is_err() {
-        let _ = std::fs::remove_file(path);
-    }
-    listening
+    clear_stale_socket(path).await?;
+    let socket = tokio::net::UnixSocket::new_stream()?;
+    socket.bind(path)?;
+    let metadata = std::fs::symlink_metadata(path)?;
+    // If the start fails from here on, dropping this removes the file.
+    let file = BoundPath {
+        path: path.to_owned(),
+        identity: (metadata.dev(), metadata.ino()),
+    };
+    // Before `listen`: until then every connect is refused, so no client
+    // gets in under the permissions the umask gave the file.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    let listener = socket.listen(limits::LISTEN_BACKLOG)?;
+    Ok(UnixSocketFile { listener, file })
 }
 
 /// Removes a socket file at `path` that no server answers on; fails,
 /// removing nothing, if a server answers on it or the path is something
 /// other than a socket.
-fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
+async fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
     use std::io::{Error, ErrorKind};
     use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
@@ -416,11 +414,10 @@ fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
         }
         Ok(_) => {}
     }
-    // Without waiting: a live server whose backlog is full would keep a
-    // blocking connect waiting.
-    let probe = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
-    probe.set_nonblocking(true)?;
-    match probe.connect(&socket2::SockAddr::unix(path)?) {
+    // tokio connects without waiting: a live server accepts (or, with its
+    // backlog full, the connect fails with `WouldBlock`), and only a file
+    // that no socket listens on refuses.
+    match UnixStream::connect(path).await {
         Err(error) if error.kind() == ErrorKind::ConnectionRefused => std::fs::remove_file(path),
         Err(error) if error.kind() != ErrorKind::WouldBlock => Err(error),
         _ => Err(Error::new(

@@ -14,6 +14,9 @@ pub const CONNECTIONS_MAX_CEILING: usize = 1 << 20;
 /// Default permission bits of a Unix domain socket's file (memcached's
 /// `-a` default): only the server's own user may connect.
 pub const UNIX_SOCKET_MODE_DEFAULT: u32 = 0o700;
+/// Longest Unix domain socket path: the kernel's `sun_path` holds 108
+/// bytes with the terminating zero.
+pub const UNIX_SOCKET_PATH_BYTES_MAX: usize = 107;
 /// Connections the kernel may queue before the server accepts them.
 pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.

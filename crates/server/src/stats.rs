@@ -426,13 +426,8 @@ impl ServerStats {
             config.memory_limit_mb.saturating_mul(1 << 20),
         );
         write_stat_u64(out, b"maxconns", config.max_connections as u64);
-        // With a Unix domain socket the server listens on no TCP port.
-        let tcp_port = if config.unix_socket.is_some() {
-            0
-        } else {
-            config.port
-        };
-        write_stat_u64(out, b"tcpport", u64::from(tcp_port));
+        // On a Unix domain socket too, as memcached does.
+        write_stat_u64(out, b"tcpport", u64::from(config.port));
         write_stat_u64(out, b"udpport", 0);
         write_stat(out, b"inter", config.listen.to_string().as_bytes());
         match &config.unix_socket {

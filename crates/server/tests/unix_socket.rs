@@ -1,15 +1,16 @@
 //! Serving on a Unix domain socket (`-s`, as memcached): a real client
 //! over the socket, the socket file's permissions, what happens to a file
-//! already at the path, and the file's removal at shutdown.
+//! already at the path, and the file's removal at shutdown (only while it
+//! is still the server's).
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 mod common;
 
-use common::{config, TestServer, REPLY_TIMEOUT};
+use common::{config, Raw, TestServer, REPLY_TIMEOUT};
 use larder_engine::Durability;
 use larder_server::{Address, ServerConfig, ServerError};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -32,32 +33,8 @@ fn client(path: &Path) -> memcache::Client {
 }
 
 /// `stats settings` over a raw connection to the socket at `path`.
-fn settings(path: &Path) -> Vec<(String, String)> {
-    let mut stream = UnixStream::connect(path).unwrap();
-    stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
-    stream.write_all(b"stats settings\r\n").unwrap();
-    let mut settings = Vec::new();
-    for line in BufReader::new(stream).lines() {
-        let line = line.unwrap();
-        if line == "END" {
-            break;
-        }
-        let mut words = line.splitn(3, ' ');
-        assert_eq!(words.next(), Some("STAT"), "{line}");
-        settings.push((
-            words.next().unwrap().to_owned(),
-            words.next().unwrap_or("").to_owned(),
-        ));
-    }
-    settings
-}
-
-fn setting(settings: &[(String, String)], name: &str) -> String {
-    let found = settings.iter().find(|(key, _)| key == name);
-    found
-        .unwrap_or_else(|| panic!("no setting {name}"))
-        .1
-        .clone()
+fn settings(path: &Path) -> HashMap<String, String> {
+    Raw::connect_unix(path).stats_of("settings")
 }
 
 /// Starts a server that is expected to fail before it listens; returns the
@@ -96,12 +73,8 @@ fn a_client_reads_and_writes_over_the_socket_and_its_file_goes_at_shutdown() {
     assert_eq!(client.increment("counter", 1).unwrap(), 42);
 
     let settings = settings(&path);
-    assert_eq!(
-        setting(&settings, "domain_socket"),
-        path.display().to_string()
-    );
-    assert_eq!(setting(&settings, "umask"), "700");
-    assert_eq!(setting(&settings, "tcpport"), "0");
+    assert_eq!(settings["domain_socket"], path.display().to_string());
+    assert_eq!(settings["umask"], "700");
     drop(client);
     server.stop().unwrap();
     assert!(!path.exists(), "the socket file is left after shutdown");
@@ -128,7 +101,7 @@ fn the_socket_file_gets_the_mode_asked_for() {
     });
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o660);
-    assert_eq!(setting(&settings(&path), "umask"), "660");
+    assert_eq!(settings(&path)["umask"], "660");
     server.stop().unwrap();
 }
 
@@ -139,9 +112,29 @@ fn a_socket_file_left_by_a_server_that_has_gone_is_replaced() {
     // Bound, then closed without removing its file, as after a kill -9.
     drop(UnixListener::bind(&path).unwrap());
     assert!(UnixStream::connect(&path).is_err());
+    assert!(std::fs::symlink_metadata(&path)
+        .unwrap()
+        .file_type()
+        .is_socket());
     let server = TestServer::start_with(unix_config(dir.path(), &path));
     client(&path).set("after", "stale", 0).unwrap();
     server.stop().unwrap();
+}
+
+#[test]
+fn a_socket_file_another_has_taken_is_left_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("taken.sock");
+    let server = TestServer::start_with(unix_config(dir.path(), &path));
+    std::fs::remove_file(&path).unwrap();
+    let other = UnixListener::bind(&path).unwrap();
+    server.stop().unwrap();
+    assert!(
+        path.exists(),
+        "the server removed a socket file that was not its own"
+    );
+    UnixStream::connect(&path).unwrap();
+    drop(other);
 }
 
 #[test]
@@ -164,11 +157,28 @@ fn a_socket_a_live_server_answers_on_is_left_to_it() {
 #[test]
 fn a_path_that_is_not_a_socket_is_not_touched() {
     let dir = tempfile::tempdir().unwrap();
-    let path: PathBuf = dir.path().join("notes.txt");
-    std::fs::write(&path, b"keep me").unwrap();
-    let error = start_failing(unix_config(dir.path(), &path));
+    let file: PathBuf = dir.path().join("notes.txt");
+    std::fs::write(&file, b"keep me").unwrap();
+    let error = start_failing(unix_config(dir.path(), &file));
     assert!(error.to_string().contains("not a socket"), "{error}");
-    assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+
+    let directory = dir.path().join("a-directory");
+    std::fs::create_dir(&directory).unwrap();
+    let error = start_failing(unix_config(dir.path(), &directory));
+    assert!(error.to_string().contains("not a socket"), "{error}");
+    assert!(directory.is_dir());
+
+    // A link is not followed, even to a stale socket.
+    let stale = dir.path().join("stale.sock");
+    drop(UnixListener::bind(&stale).unwrap());
+    let link = dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&stale, &link).unwrap();
+    let error = start_failing(unix_config(dir.path(), &link));
+    assert!(error.to_string().contains("not a socket"), "{error}");
+    let kind = |path: &Path| std::fs::symlink_metadata(path).unwrap().file_type();
+    assert!(kind(&link).is_symlink());
+    assert!(kind(&stale).is_socket());
 }
 
 #[test]

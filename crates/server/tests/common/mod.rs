@@ -16,6 +16,7 @@ use larder_server::{Address, ServerConfig, ServerError, Shutdown};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -179,10 +180,11 @@ impl memcache::ToMemcacheValue<memcache::Stream> for Flagged<'_> {
     }
 }
 
-/// A raw text-protocol connection with a read timeout.
-pub struct Raw {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+/// A raw text-protocol connection with a read timeout, over TCP or a Unix
+/// domain socket.
+pub struct Raw<S = TcpStream> {
+    reader: BufReader<S>,
+    writer: S,
 }
 
 impl Raw {
@@ -207,7 +209,22 @@ impl Raw {
     pub fn stream(&self) -> &TcpStream {
         &self.writer
     }
+}
 
+impl Raw<UnixStream> {
+    /// Connects to the Unix domain socket at `path`; panics if refused.
+    pub fn connect_unix(path: &Path) -> Self {
+        let stream = UnixStream::connect(path).unwrap();
+        stream.set_read_timeout(Some(REPLY_TIMEOUT)).unwrap();
+        let writer = stream.try_clone().unwrap();
+        Raw {
+            reader: BufReader::new(stream),
+            writer,
+        }
+    }
+}
+
+impl<S: Read + Write> Raw<S> {
     /// Sends `bytes` in one write.
     pub fn send(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).unwrap();
@@ -256,7 +273,13 @@ impl Raw {
 
     /// `stats`, by name.
     pub fn stats(&mut self) -> HashMap<String, String> {
-        self.send(b"stats\r\n");
+        self.stats_of("")
+    }
+
+    /// `stats GROUP` (`settings`, say), by name; `""` for plain `stats`.
+    pub fn stats_of(&mut self, group: &str) -> HashMap<String, String> {
+        let request = format!("stats {group}");
+        self.send(format!("{}\r\n", request.trim_end()).as_bytes());
         let mut stats = HashMap::new();
         loop {
             let line = self.read_line();
