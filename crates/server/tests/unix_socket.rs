@@ -193,3 +193,47 @@ fn a_socket_in_a_missing_directory_fails_the_start_with_the_path() {
     );
     assert!(message.contains("no-such-dir"), "{message}");
 }
+
+#[test]
+fn replies_larger_than_the_socket_buffer_wait_for_a_slow_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("larder.sock");
+    let server = TestServer::start_with(unix_config(dir.path(), &path));
+    let keys = ["a", "b", "c", "d"];
+    let client = client(&path);
+    for (i, key) in keys.iter().enumerate() {
+        let value = vec![b'a' + i as u8; 1000 * 1024];
+        client.set(key, value.as_slice(), 0).unwrap();
+    }
+    // 4 MB of replies, many times what the socket holds: the server's
+    // writes find it full until the client reads.
+    let mut raw = Raw::connect_unix(&path);
+    raw.send(b"get a b c d\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(
+            raw.read_line(),
+            format!("VALUE {key} 0 {}\r\n", 1000 * 1024)
+        );
+        let value = raw.read_bytes(1000 * 1024);
+        assert!(value.iter().all(|&b| b == b'a' + i as u8), "value of {key}");
+        raw.expect(b"\r\n");
+    }
+    raw.expect(b"END\r\n");
+    // And the connection goes on as before.
+    raw.call(b"set small 0 0 2\r\nok\r\n", b"STORED\r\n");
+    raw.call(b"get small\r\n", b"VALUE small 0 2\r\nok\r\nEND\r\n");
+    drop(raw);
+
+    // A client that leaves in the middle of its replies costs the server
+    // only that connection.
+    let mut leaving = Raw::connect_unix(&path);
+    leaving.send(b"get a b c d\r\n");
+    drop(leaving);
+    assert_eq!(
+        client.get::<String>("small").unwrap().as_deref(),
+        Some("ok")
+    );
+    drop(client);
+    server.stop().unwrap();
+}
