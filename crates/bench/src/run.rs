@@ -157,6 +157,10 @@ async fn finish_intervals(
     Ok(log.into_reports())
 }
 
+/// How long a connect to a Unix domain socket whose backlog is full waits
+/// before it tries again.
+const UNIX_CONNECT_RETRY: Duration = Duration::from_millis(1);
+
 async fn connect_all(
     target: &str,
     connections: usize,
@@ -180,7 +184,17 @@ async fn connect_all(
         };
         let connect = async {
             match &place {
-                Place::Unix(path) => UnixStream::connect(path).await.map(Stream::Unix),
+                Place::Unix(path) => loop {
+                    // A full backlog refuses a Unix domain socket's connect
+                    // at once where TCP's waits: try again until the
+                    // timeout around this gives up.
+                    match UnixStream::connect(path).await {
+                        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                            tokio::time::sleep(UNIX_CONNECT_RETRY).await;
+                        }
+                        result => break result.map(Stream::Unix),
+                    }
+                },
                 Place::Tcp(address) => {
                     let stream = TcpStream::connect(address).await?;
                     // Requests are small and batched by the writer already:

@@ -3,38 +3,12 @@
 //! once. The server is a minimal in-test memcached (set and get only) so
 //! that the scenario needs nothing installed.
 
-use larder_bench::{run, BenchOptions, Ratio};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+mod common;
 
-/// Answers `set` with `STORED` and `get` with `END` (a miss) until the
-/// client closes the connection.
-fn serve_connection(stream: TcpStream) -> std::io::Result<()> {
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.first().copied() {
-            Some("set") => {
-                let bytes: usize = words
-                    .get(4)
-                    .and_then(|word| word.parse().ok())
-                    .expect("set carries a byte count");
-                let mut data = vec![0; bytes + 2];
-                reader.read_exact(&mut data)?;
-                writer.write_all(b"STORED\r\n")?;
-            }
-            Some("get") => writer.write_all(b"END\r\n")?,
-            _ => writer.write_all(b"ERROR\r\n")?,
-        }
-    }
-}
+use common::serve_connection;
+use larder_bench::{run, BenchOptions, Ratio};
+use std::net::TcpListener;
+use std::time::Duration;
 
 /// Starts the fake server on an ephemeral port; its threads end with the
 /// test process.
@@ -43,7 +17,7 @@ fn start_fake_memcached() -> u16 {
     let port = listener.local_addr().expect("local address").port();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve_connection(stream));
+            std::thread::spawn(move || serve_connection(stream.try_clone()?, stream));
         }
     });
     port
