@@ -9,6 +9,11 @@
 //! each request's kind and due time through a channel *before* writing its
 //! bytes, so a reply never arrives ahead of its record.
 //!
+//! With one request in flight and no rate, the common case, the writer and
+//! the reader are one loop instead (`measure_one_at_a_time`): write a
+//! request, read its reply, repeat, with no permit or channel message per
+//! request.
+//!
 //! Closed loop (no rate): a request is due when the writer gets room for it.
 //! Open loop: request `n` of connection `c` is due at
 //! `start + (c + n * connections) / rate`, whatever the server is doing, and
@@ -230,6 +235,33 @@ pub async fn measure(
     plan: Plan,
     budget: Option<u64>,
 ) -> MeasureOutcome {
+    let outcome = if plan.pipeline == 1 && plan.rate.is_none() {
+        let mut outcome = MeasureOutcome::default();
+        let result = measure_one_at_a_time(connection, &shared, &plan, budget, &mut outcome).await;
+        if let Err(reason) = result {
+            outcome.failure = Some(reason);
+        }
+        outcome
+    } else {
+        measure_pipelined(connection, &shared, &plan, budget).await
+    };
+    if outcome.failure.is_some() {
+        shared
+            .live
+            .failed_connections
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    outcome
+}
+
+/// The measured phase with a writer and a reader (see the module's
+/// documentation): any pipeline depth, closed or open loop.
+async fn measure_pipelined(
+    connection: Connection,
+    shared: &Shared,
+    plan: &Plan,
+    budget: Option<u64>,
+) -> MeasureOutcome {
     let Connection {
         index,
         mut reader,
@@ -238,7 +270,7 @@ pub async fn measure(
     let permits = Semaphore::new(plan.pipeline);
     let (sender, receiver) = mpsc::channel(plan.pipeline);
     let mut writer_state = WriterState {
-        workload: Workload::new(&shared, index),
+        workload: Workload::new(shared, index),
         sent: 0,
         measured_sent: 0,
         send_lag_ns_total: 0,
@@ -249,25 +281,75 @@ pub async fn measure(
         &mut writer,
         sender,
         &permits,
-        &shared,
-        &plan,
+        shared,
+        plan,
         index,
         &mut writer_state,
     );
-    let reading = read_loop(&mut reader, receiver, &permits, &shared, &plan, index);
+    let reading = read_loop(&mut reader, receiver, &permits, shared, plan, index);
     let (write_result, mut outcome) = tokio::join!(writing, reading);
     if let Err(reason) = write_result {
         outcome.failure.get_or_insert(reason);
     }
     outcome.tally.send_lag_ns_total = writer_state.send_lag_ns_total;
     outcome.tally.send_lag_ns_max = writer_state.send_lag_ns_max;
-    if outcome.failure.is_some() {
-        shared
-            .live
-            .failed_connections
-            .fetch_add(1, Ordering::Relaxed);
-    }
     outcome
+}
+
+/// The measured phase with one request in flight and no rate: each request
+/// is written once the reply to the one before has arrived, so writing and
+/// reading are one loop, without the permit and the channel message per
+/// request that [`measure`]'s writer and reader pass between them. What is
+/// measured is the same: a request is due when it is sent.
+async fn measure_one_at_a_time(
+    connection: Connection,
+    shared: &Shared,
+    plan: &Plan,
+    budget: Option<u64>,
+    outcome: &mut MeasureOutcome,
+) -> Result<(), String> {
+    let Connection {
+        index,
+        mut reader,
+        mut writer,
+    } = connection;
+    let mut workload = Workload::new(shared, index);
+    let mut out = Vec::with_capacity(1024);
+    let mut in_flight = VecDeque::with_capacity(1);
+    let mut latencies = Vec::with_capacity(1);
+    let mut measured_sent = 0;
+    let hard_deadline = plan.stop + plan.timeout;
+    tokio::time::sleep_until(plan.start.into()).await;
+    loop {
+        let due = Instant::now();
+        if due >= plan.stop || budget.is_some_and(|budget| measured_sent >= budget) {
+            return Ok(());
+        }
+        out.clear();
+        let op = workload.encode_next(shared, &mut out);
+        write_all(&mut writer, &out, plan.timeout).await?;
+        if due >= plan.measure_start {
+            measured_sent += 1;
+        }
+        in_flight.push_back(InFlight { op, due });
+        while take_replies(
+            &mut reader,
+            &mut in_flight,
+            shared,
+            plan,
+            &mut latencies,
+            outcome,
+        )? == 0
+        {
+            let deadline = (Instant::now() + plan.timeout).min(hard_deadline);
+            reader.read_more(deadline, plan.timeout).await?;
+        }
+        if !reader.buffer.is_empty() {
+            return Err("the server sent a reply nobody asked for".to_owned());
+        }
+        shared.recorder.record(index, &latencies);
+        latencies.clear();
+    }
 }
 
 struct WriterState {
