@@ -299,8 +299,8 @@ async fn measure_pipelined(
 /// The measured phase with one request in flight and no rate: each request
 /// is written once the reply to the one before has arrived, so writing and
 /// reading are one loop, without the permit and the channel message per
-/// request that [`measure`]'s writer and reader pass between them. What is
-/// measured is the same: a request is due when it is sent.
+/// request that [`measure_pipelined`]'s writer and reader pass between
+/// them. What is measured is the same: a request is due when it is sent.
 async fn measure_one_at_a_time(
     connection: Connection,
     shared: &Shared,
