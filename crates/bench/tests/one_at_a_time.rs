@@ -70,24 +70,28 @@ fn every_request_is_answered_and_counted_once_by_kind() {
     assert_eq!(report.latency.all.count, 400);
 }
 
+/// A gets-only run against a server that answers with `serve`; both
+/// connections must fail. Returns the report.
+fn failing_run(serve: fn(TcpStream) -> std::io::Result<()>) -> Report {
+    let report = bench(start(serve), Ratio { gets: 1, sets: 0 }, 100);
+    assert_eq!(report.failed_connections, 2, "{report}");
+    report
+}
+
 #[test]
 fn a_reply_nobody_asked_for_fails_the_connection() {
-    let port = start(|stream| answer_each_line(stream, b"END\r\nEND\r\n"));
-    let report = bench(port, Ratio { gets: 1, sets: 0 }, 100);
-    assert_eq!(report.failed_connections, 2);
+    let report = failing_run(|stream| answer_each_line(stream, b"END\r\nEND\r\n"));
     let reason = report.first_failure.unwrap_or_default();
     assert!(reason.contains("nobody asked for"), "{reason}");
 }
 
 #[test]
 fn a_reply_of_the_wrong_kind_fails_the_connection() {
-    let port = start(|stream| answer_each_line(stream, b"STORED\r\n"));
-    let report = bench(port, Ratio { gets: 1, sets: 0 }, 100);
-    assert_eq!(report.failed_connections, 2);
-    let reason = report.first_failure.unwrap_or_default();
-    assert!(reason.contains("is not an answer to a Get"), "{reason}");
+    let report = failing_run(|stream| answer_each_line(stream, b"STORED\r\n"));
     assert_eq!(
         report.requests, 0,
         "a request answered out of step is not counted"
     );
+    let reason = report.first_failure.unwrap_or_default();
+    assert!(reason.contains("is not an answer to a Get"), "{reason}");
 }
