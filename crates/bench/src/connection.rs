@@ -24,8 +24,9 @@
 //! Every wait is bounded: the writer stops at the plan's stop time or when
 //! its request budget is spent, and each read waits at most `timeout` and
 //! never past `stop + timeout`. A connection that fails (I/O error, timeout,
-//! malformed or out-of-step reply) closes the semaphore, which stops its
-//! writer, and reports why; its requests in flight are not counted.
+//! malformed or out-of-step reply) stops sending (the pipelined phase's
+//! reader closes the semaphore, which stops its writer) and reports why;
+//! its requests in flight are not counted.
 
 use crate::limits::{PRELOAD_PIPELINE, REPLY_BYTES_MAX};
 use crate::reply::{parse_memcached, parse_resp, Parsed, Reply, ReplyError};
@@ -321,6 +322,11 @@ async fn measure_one_at_a_time(
     let hard_deadline = plan.stop + plan.timeout;
     tokio::time::sleep_until(plan.start.into()).await;
     loop {
+        // Nothing is in flight here, so bytes already read (left from the
+        // preload, or after the last reply) were never asked for.
+        if !reader.buffer.is_empty() {
+            return Err("the server sent a reply nobody asked for".to_owned());
+        }
         let due = Instant::now();
         if due >= plan.stop || budget.is_some_and(|budget| measured_sent >= budget) {
             return Ok(());
@@ -343,9 +349,6 @@ async fn measure_one_at_a_time(
         {
             let deadline = (Instant::now() + plan.timeout).min(hard_deadline);
             reader.read_more(deadline, plan.timeout).await?;
-        }
-        if !reader.buffer.is_empty() {
-            return Err("the server sent a reply nobody asked for".to_owned());
         }
         shared.recorder.record(index, &latencies);
         latencies.clear();

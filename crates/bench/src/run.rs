@@ -185,9 +185,9 @@ async fn connect_all(
         let connect = async {
             match &place {
                 Place::Unix(path) => loop {
-                    // A full backlog refuses a Unix domain socket's connect
-                    // at once where TCP's waits: try again until the
-                    // timeout around this gives up.
+                    // On Linux a full backlog refuses a Unix domain
+                    // socket's connect at once where TCP's waits: try again
+                    // until the timeout around this gives up.
                     match UnixStream::connect(path).await {
                         Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                             tokio::time::sleep(UNIX_CONNECT_RETRY).await;

@@ -1,7 +1,7 @@
 //! One request in flight and no rate, the measured phase's own loop: every
-//! request is answered and counted once, by kind, and a server that answers
-//! what was not asked, or answers out of step, fails the connection with
-//! the reason instead of being counted.
+//! request is answered and counted once, by kind, warm-up requests not at
+//! all, and a server that answers what was not asked, or answers out of
+//! step, fails the connection with the reason instead of being counted.
 
 mod common;
 
@@ -75,6 +75,10 @@ fn every_request_is_answered_and_counted_once_by_kind() {
 fn failing_run(serve: fn(TcpStream) -> std::io::Result<()>) -> Report {
     let report = bench(start(serve), Ratio { gets: 1, sets: 0 }, 100);
     assert_eq!(report.failed_connections, 2, "{report}");
+    assert_eq!(
+        report.latency.all.count, report.requests,
+        "every request counted is recorded"
+    );
     report
 }
 
@@ -94,4 +98,34 @@ fn a_reply_of_the_wrong_kind_fails_the_connection() {
     );
     let reason = report.first_failure.unwrap_or_default();
     assert!(reason.contains("is not an answer to a Get"), "{reason}");
+}
+
+#[test]
+fn warm_up_requests_are_not_counted_and_intervals_add_up() {
+    let port = start(|stream| serve_connection(stream.try_clone()?, stream));
+    let report = run(BenchOptions {
+        target: format!("127.0.0.1:{port}"),
+        threads: 1,
+        connections_per_thread: 2,
+        pipeline: 1,
+        ratio: Ratio { gets: 3, sets: 1 },
+        key_count: 100,
+        requests: Some(3_000),
+        warmup: Duration::from_millis(200),
+        interval: Some(Duration::from_millis(100)),
+        timeout: Duration::from_secs(10),
+        seed: Some(5),
+        progress: false,
+        ..BenchOptions::default()
+    })
+    .expect("the run completes");
+    assert_eq!(report.failed_connections, 0, "{:?}", report.first_failure);
+    assert_eq!(
+        report.requests, 3_000,
+        "the budget counts measured requests only"
+    );
+    assert_eq!(report.latency.all.count, 3_000);
+    let intervals = report.intervals.as_ref().expect("intervals are reported");
+    let counted: u64 = intervals.iter().map(|interval| interval.requests).sum();
+    assert_eq!(counted, 3_000);
 }
