@@ -80,11 +80,11 @@
 # Every server has its own data directory under WORK_DIR, listens on
 # 127.0.0.1 on a free port (with TRANSPORT=unix, Larder and memcached on a
 # socket in that directory instead; MariaDB on both), and is stopped by its
-# PID (a trap stops whatever is still running on exit). MariaDB runs as mariadbd started here on a
-# datadir made by mariadb-install-db, never the system service. Within an
-# experiment every server is started and loaded first; then the runs are
-# interleaved (run 1 of every server, then run 2, ...) so slow drift of the
-# machine spreads over all servers.
+# PID (a trap stops whatever is still running on exit). MariaDB runs as
+# mariadbd started here on a datadir made by mariadb-install-db, never the
+# system service. Within an experiment every server is started and loaded
+# first; then the runs are interleaved (run 1 of every server, then run 2,
+# ...) so slow drift of the machine spreads over all servers.
 
 set -euo pipefail
 
