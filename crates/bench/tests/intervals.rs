@@ -5,23 +5,9 @@
 
 mod common;
 
-use common::serve_connection;
+use common::start_fake_memcached;
 use larder_bench::{run, BenchOptions, Ratio};
-use std::net::TcpListener;
 use std::time::Duration;
-
-/// Starts the fake server on an ephemeral port; its threads end with the
-/// test process.
-fn start_fake_memcached() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    let port = listener.local_addr().expect("local address").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve_connection(stream.try_clone()?, stream));
-        }
-    });
-    port
-}
 
 #[test]
 fn intervals_tile_the_run_and_count_every_request_once() {

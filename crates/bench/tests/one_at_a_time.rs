@@ -5,24 +5,11 @@
 
 mod common;
 
-use common::serve_connection;
+use common::{start_fake_memcached, start_tcp};
 use larder_bench::{run, BenchOptions, Ratio, Report};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
-
-/// Serves each connection accepted on an ephemeral port with `serve`;
-/// the threads end with the test process.
-fn start(serve: fn(TcpStream) -> std::io::Result<()>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    let port = listener.local_addr().expect("local address").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(stream));
-        }
-    });
-    port
-}
 
 /// Answers every request line with `reply`, ignoring what it asked.
 fn answer_each_line(stream: TcpStream, reply: &[u8]) -> std::io::Result<()> {
@@ -56,7 +43,7 @@ fn bench(port: u16, ratio: Ratio, requests: u64) -> Report {
 
 #[test]
 fn every_request_is_answered_and_counted_once_by_kind() {
-    let port = start(|stream| serve_connection(stream.try_clone()?, stream));
+    let port = start_fake_memcached();
     let report = bench(port, Ratio { gets: 1, sets: 1 }, 400);
     assert_eq!(report.failed_connections, 0, "{:?}", report.first_failure);
     assert_eq!(report.requests, 400);
@@ -73,7 +60,7 @@ fn every_request_is_answered_and_counted_once_by_kind() {
 /// A gets-only run against a server that answers with `serve`; both
 /// connections must fail. Returns the report.
 fn failing_run(serve: fn(TcpStream) -> std::io::Result<()>) -> Report {
-    let report = bench(start(serve), Ratio { gets: 1, sets: 0 }, 100);
+    let report = bench(start_tcp(serve), Ratio { gets: 1, sets: 0 }, 100);
     assert_eq!(report.failed_connections, 2, "{report}");
     assert_eq!(
         report.latency.all.count, report.requests,
@@ -102,7 +89,7 @@ fn a_reply_of_the_wrong_kind_fails_the_connection() {
 
 #[test]
 fn warm_up_requests_are_not_counted_and_intervals_add_up() {
-    let port = start(|stream| serve_connection(stream.try_clone()?, stream));
+    let port = start_fake_memcached();
     let report = run(BenchOptions {
         target: format!("127.0.0.1:{port}"),
         threads: 1,

@@ -2,7 +2,10 @@
 //! must run with nothing installed. Each test file compiles this module
 //! separately.
 
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 
 /// Answers `set` with `STORED` and `get` with `END` (a miss) until the
 /// client closes the connection: requests come from `input`, replies go
@@ -30,4 +33,23 @@ pub fn serve_connection(input: impl Read, mut output: impl Write) -> std::io::Re
             _ => output.write_all(b"ERROR\r\n")?,
         }
     }
+}
+
+/// Serves each connection accepted on an ephemeral port of 127.0.0.1 with
+/// `serve`, on a thread of its own; returns the port. The threads end with
+/// the test process.
+pub fn start_tcp(serve: fn(TcpStream) -> std::io::Result<()>) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    let port = listener.local_addr().expect("local address").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    port
+}
+
+/// The fake memcached of [`serve_connection`] on an ephemeral port.
+pub fn start_fake_memcached() -> u16 {
+    start_tcp(|stream| serve_connection(stream.try_clone()?, stream))
 }
