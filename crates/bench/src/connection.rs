@@ -22,25 +22,30 @@
 //! omission correction, as in wrk2).
 //!
 //! Every wait is bounded: the writer stops at the plan's stop time or when
-//! its request budget is spent, and each read waits at most `timeout` and
-//! never past `stop + timeout`. A connection that fails (I/O error, timeout,
-//! malformed or out-of-step reply) stops sending (the pipelined phase's
-//! reader closes the semaphore, which stops its writer) and reports why;
-//! its requests in flight are not counted.
+//! its request budget is spent, each read waits at most `timeout` (with one
+//! request in flight, each reply must come within `timeout` of its request)
+//! and never past `stop + timeout`, and a write that the socket does not
+//! take at once waits at most `timeout`. A connection that fails (I/O
+//! error, timeout, malformed or out-of-step reply) stops sending (the
+//! pipelined phase's reader closes the semaphore, which stops its writer)
+//! and reports why; its requests in flight are not counted.
 
 use crate::limits::{PRELOAD_PIPELINE, REPLY_BYTES_MAX};
 use crate::reply::{parse_memcached, parse_resp, Parsed, Reply, ReplyError};
 use crate::request::{Op, Protocol};
 use crate::socket::{ReadHalf, Stream, WriteHalf};
-use crate::stats::Tally;
+use crate::stats::{thread_number, Tally};
 use crate::workload::{Shared, Workload};
 use bytes::{Buf, BytesMut};
 use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Sleep;
 
 /// When the measured phase runs; the same for every connection.
 #[derive(Debug, Clone, Copy)]
@@ -57,27 +62,57 @@ pub struct Plan {
     pub rate: Option<u64>,
 }
 
-/// The read half of a connection and its buffer of unparsed bytes.
+/// The read half of a connection, its buffer of unparsed bytes, and the
+/// timer that bounds its reads.
 pub struct Reader {
     half: ReadHalf,
     buffer: BytesMut,
+    /// Armed for the earliest deadline a read has waited for since it last
+    /// fired (see [`Reader::read_more`]); made at the first read.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl Reader {
     /// Reads at least one more byte, waiting until `deadline` at most
     /// (`timeout` is only for the message).
+    ///
+    /// A connection's deadlines only move later, so one timer serves all
+    /// its reads: it stays armed for an earlier read's deadline and, when
+    /// that passes while a later read waits, is armed again for the later
+    /// one. A timer registered and dropped for every read would cost a
+    /// clock reading and two visits to the runtime's timer wheel per reply.
     async fn read_more(&mut self, deadline: Instant, timeout: Duration) -> Result<(), String> {
         if self.buffer.len() >= REPLY_BYTES_MAX {
             // The parsers refuse longer replies first; this is a backstop.
             return Err(format!("reply longer than {REPLY_BYTES_MAX} bytes"));
         }
         self.buffer.reserve(16 * 1024);
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
         let read = self.half.read_buf(&mut self.buffer);
-        match tokio::time::timeout_at(deadline.into(), read).await {
-            Err(_) => Err(format!("no reply within {timeout:?}")),
-            Ok(Err(error)) => Err(format!("read failed: {error}")),
-            Ok(Ok(0)) => Err("the server closed the connection".to_owned()),
-            Ok(Ok(_)) => Ok(()),
+        tokio::pin!(read);
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut read => {
+                    return match result {
+                        Err(error) => Err(format!("read failed: {error}")),
+                        Ok(0) => Err("the server closed the connection".to_owned()),
+                        Ok(_) => Ok(()),
+                    };
+                }
+                () = timer.as_mut() => {
+                    if timer.deadline() >= deadline {
+                        return Err(format!("no reply within {timeout:?}"));
+                    }
+                    timer.as_mut().reset(deadline);
+                }
+            }
         }
     }
 
@@ -108,6 +143,7 @@ impl Connection {
             reader: Reader {
                 half,
                 buffer: BytesMut::with_capacity(16 * 1024),
+                timer: None,
             },
             writer,
         }
@@ -147,7 +183,18 @@ fn parse_reply(protocol: Protocol, buffer: &[u8]) -> Result<Parsed, ReplyError> 
 }
 
 async fn write_all(writer: &mut WriteHalf, bytes: &[u8], timeout: Duration) -> Result<(), String> {
-    match tokio::time::timeout(timeout, writer.write_all(bytes)).await {
+    // Most requests fit in the socket's buffer at once; only the rest of
+    // one that does not waits, under a timer.
+    let written = match writer.try_write(bytes) {
+        Ok(written) => written,
+        Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => 0,
+        Err(error) => return Err(format!("write failed: {error}")),
+    };
+    let rest = bytes.get(written..).unwrap_or_default();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeout, writer.write_all(rest)).await {
         Err(_) => Err(format!("write blocked for {timeout:?}")),
         Ok(Err(error)) => Err(format!("write failed: {error}")),
         Ok(Ok(())) => Ok(()),
@@ -287,7 +334,7 @@ async fn measure_pipelined(
         index,
         &mut writer_state,
     );
-    let reading = read_loop(&mut reader, receiver, &permits, shared, plan, index);
+    let reading = read_loop(&mut reader, receiver, &permits, shared, plan);
     let (write_result, mut outcome) = tokio::join!(writing, reading);
     if let Err(reason) = write_result {
         outcome.failure.get_or_insert(reason);
@@ -347,10 +394,11 @@ async fn measure_one_at_a_time(
             outcome,
         )? == 0
         {
-            let deadline = (Instant::now() + plan.timeout).min(hard_deadline);
-            reader.read_more(deadline, plan.timeout).await?;
+            reader
+                .read_more((due + plan.timeout).min(hard_deadline), plan.timeout)
+                .await?;
         }
-        shared.recorder.record(index, &latencies);
+        shared.recorder.record(thread_number(), &latencies);
         latencies.clear();
     }
 }
@@ -483,19 +531,9 @@ async fn read_loop(
     permits: &Semaphore,
     shared: &Shared,
     plan: &Plan,
-    index: usize,
 ) -> MeasureOutcome {
     let mut outcome = MeasureOutcome::default();
-    let result = read_replies(
-        reader,
-        &mut receiver,
-        permits,
-        shared,
-        plan,
-        index,
-        &mut outcome,
-    )
-    .await;
+    let result = read_replies(reader, &mut receiver, permits, shared, plan, &mut outcome).await;
     if let Err(reason) = result {
         permits.close();
         outcome.failure = Some(reason);
@@ -509,7 +547,6 @@ async fn read_replies(
     permits: &Semaphore,
     shared: &Shared,
     plan: &Plan,
-    index: usize,
     outcome: &mut MeasureOutcome,
 ) -> Result<(), String> {
     let mut in_flight = VecDeque::with_capacity(plan.pipeline);
@@ -540,7 +577,7 @@ async fn read_replies(
         )?;
         if completed > 0 {
             permits.add_permits(completed);
-            shared.recorder.record(index, &latencies);
+            shared.recorder.record(thread_number(), &latencies);
             latencies.clear();
             continue;
         }
@@ -571,13 +608,15 @@ fn take_replies(
     latencies: &mut Vec<(Op, u64)>,
     outcome: &mut MeasureOutcome,
 ) -> Result<usize, String> {
-    let now = Instant::now();
     let mut completed = 0;
     let mut errors = 0;
+    // Read once the first reply is whole, not on every call that finds none.
+    let mut now = None;
     while let Some(&InFlight { op, due }) = in_flight.front() {
         let Some(reply) = reader.take_reply(shared.protocol)? else {
             break;
         };
+        let now = *now.get_or_insert_with(Instant::now);
         in_flight.pop_front();
         completed += 1;
         let (hit, error) =

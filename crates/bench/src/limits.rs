@@ -72,11 +72,6 @@ pub const KEY_FILE_IDS_MAX: usize = 200_000_000;
 /// memcached's key limit, which validation checks separately.
 pub const KEY_PREFIX_BYTES_MAX: usize = 200;
 
-/// Most histogram shards. Connections record latencies into shard
-/// `connection % shards`; a few shards per thread keep lock contention low
-/// without keeping one (large) histogram per connection.
-pub const HISTOGRAM_SHARDS_PER_THREAD: usize = 4;
-
 /// Highest latency a histogram can record; longer ones are clamped to it
 /// (and the reply timeout is below it, so none should be).
 pub const LATENCY_NS_MAX: u64 = 2 * 60 * 60 * 1_000_000_000;

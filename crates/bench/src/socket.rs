@@ -64,6 +64,17 @@ pub enum WriteHalf {
     Unix(unix::OwnedWriteHalf),
 }
 
+impl WriteHalf {
+    /// Writes what the socket takes at once, without waiting: `WouldBlock`
+    /// when it takes nothing now.
+    pub fn try_write(&self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            WriteHalf::Tcp(half) => half.try_write(bytes),
+            WriteHalf::Unix(half) => half.try_write(bytes),
+        }
+    }
+}
+
 impl AsyncRead for ReadHalf {
     fn poll_read(
         self: Pin<&mut Self>,

@@ -1,15 +1,22 @@
 //! Where connections put what they measure while a run goes on.
 //!
 //! Latencies go into HDR histograms (nanoseconds, 3 significant digits,
-//! resizing to the largest value seen). One histogram per connection would
-//! cost hundreds of kilobytes times thousands of connections, so the
-//! [`Recorder`] keeps a few shards per worker thread, each behind its own
-//! mutex, and a connection locks its shard once per batch of replies, not
-//! once per reply. With `--interval`, each shard also keeps a histogram of
-//! the current interval, recorded under the same lock, which the interval
-//! task takes and resets with [`Recorder::take_interval`]; a latency lands in
-//! the interval in which its reply was recorded. Counts a progress line
-//! needs live in [`Live`] (atomics, relaxed: they are only displayed). Each
+//! 1 ns to [`LATENCY_NS_MAX`]). Each histogram is made whole before the
+//! run, its memory written once, so that recording never allocates, grows
+//! or faults in a page while requests are measured. One histogram per
+//! connection would cost hundreds of kilobytes times thousands of
+//! connections, so the [`Recorder`] keeps a shard per worker thread (up to
+//! a limit), each behind its own mutex, and a connection records into the
+//! shard of the thread it runs on, once per batch of replies: the shard is
+//! then in that thread's core's cache and its lock uncontended, where a
+//! shard per connection was in the other core's cache about half the time
+//! (tokio moves tasks between threads). A shard records each latency once,
+//! by kind; the histogram of every request is the kinds merged when the run
+//! is reported. With `--interval`, each shard also keeps a histogram of the
+//! current interval, recorded under the same lock, which the interval task
+//! takes and resets with [`Recorder::take_interval`]; a latency lands in the
+//! interval in which its reply was recorded. Counts a progress line needs
+//! live in [`Live`] (atomics, relaxed: they are only displayed). Each
 //! connection keeps its own [`Tally`] of measured outcomes and returns it
 //! when it ends.
 
@@ -17,6 +24,7 @@ use crate::error::BenchError;
 use crate::limits::LATENCY_NS_MAX;
 use crate::request::Op;
 use hdrhistogram::Histogram;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -28,18 +36,24 @@ pub struct Latencies {
     pub set: Histogram<u64>,
 }
 
+/// An empty histogram of 1 ns to [`LATENCY_NS_MAX`], which never resizes.
 fn histogram() -> Result<Histogram<u64>, BenchError> {
-    Histogram::new(3).map_err(|error| BenchError::Histogram(format!("{error:?}")))
+    Histogram::new_with_bounds(1, LATENCY_NS_MAX, 3)
+        .map_err(|error| BenchError::Histogram(format!("{error:?}")))
 }
 
-/// Records into a resizing histogram. `saturating_record` alone would not
-/// resize (it clamps to the current highest trackable value, 2 ns for a new
-/// histogram); `record` resizes and fails only past what a histogram can
-/// ever track, which the caller's clamp rules out.
-fn record_one(histogram: &mut Histogram<u64>, value: u64) {
-    if histogram.record(value).is_err() {
-        histogram.saturating_record(value);
-    }
+/// A [`histogram`] whose every count has been written once, so that no
+/// record into it is the first touch of a page. (A new one's counts are
+/// zeroed memory the system may not have mapped yet.)
+fn touched_histogram() -> Result<Histogram<u64>, BenchError> {
+    let mut histogram = histogram()?;
+    histogram.reset();
+    Ok(histogram)
+}
+
+/// Records one latency, clamped to the histogram's range.
+fn record_one(histogram: &mut Histogram<u64>, latency_ns: u64) {
+    histogram.saturating_record(latency_ns.clamp(1, LATENCY_NS_MAX));
 }
 
 impl Latencies {
@@ -50,30 +64,29 @@ impl Latencies {
             set: histogram()?,
         })
     }
-
-    /// Records one latency, clamped to [`LATENCY_NS_MAX`].
-    pub fn record(&mut self, op: Op, latency_ns: u64) {
-        let latency_ns = latency_ns.clamp(1, LATENCY_NS_MAX);
-        record_one(&mut self.all, latency_ns);
-        match op {
-            Op::Get => record_one(&mut self.get, latency_ns),
-            Op::Set => record_one(&mut self.set, latency_ns),
-        }
-    }
-
-    fn add(&mut self, other: &Latencies) -> Result<(), BenchError> {
-        let merge_error = |error| BenchError::Histogram(format!("{error:?}"));
-        self.all.add(&other.all).map_err(merge_error)?;
-        self.get.add(&other.get).map_err(merge_error)?;
-        self.set.add(&other.set).map_err(merge_error)?;
-        Ok(())
-    }
 }
 
-/// One shard: latencies of the whole run, and of the current interval when
-/// the run reports intervals.
+thread_local! {
+    /// This thread's number among the run's threads (0 for any other).
+    static THREAD_NUMBER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Numbers the calling thread; the runtime calls it as it starts each of
+/// its threads.
+pub fn set_thread_number(number: usize) {
+    THREAD_NUMBER.with(|cell| cell.set(number));
+}
+
+/// The calling thread's number: the shard it records into.
+pub fn thread_number() -> usize {
+    THREAD_NUMBER.with(Cell::get)
+}
+
+/// One shard: latencies of the whole run by kind, and of the current
+/// interval when the run reports intervals.
 struct Shard {
-    run: Latencies,
+    get: Histogram<u64>,
+    set: Histogram<u64>,
     interval: Option<Histogram<u64>>,
 }
 
@@ -88,9 +101,14 @@ impl Recorder {
     pub fn new(shards: usize, intervals: bool) -> Result<Self, BenchError> {
         let shards = (0..shards.max(1))
             .map(|_| {
-                let interval = if intervals { Some(histogram()?) } else { None };
+                let interval = if intervals {
+                    Some(touched_histogram()?)
+                } else {
+                    None
+                };
                 Ok(Mutex::new(Shard {
-                    run: Latencies::new()?,
+                    get: touched_histogram()?,
+                    set: touched_histogram()?,
                     interval,
                 }))
             })
@@ -98,33 +116,41 @@ impl Recorder {
         Ok(Recorder { shards })
     }
 
-    /// Records a batch of `(op, latency_ns)` under one lock of the shard for
-    /// `connection`.
-    pub fn record(&self, connection: usize, batch: &[(Op, u64)]) {
+    /// Records a batch of `(op, latency_ns)` under one lock of shard
+    /// `shard % shards` (in a run, the caller's [`thread_number`]).
+    pub fn record(&self, shard: usize, batch: &[(Op, u64)]) {
         if batch.is_empty() {
             return;
         }
-        let Some(shard) = self.shards.get(connection % self.shards.len()) else {
+        let Some(shard) = self.shards.get(shard % self.shards.len()) else {
             return;
         };
         // A panic while holding the lock cannot leave a histogram half
         // updated in a way that matters for a report, so poison is ignored.
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        let Shard { run, interval } = &mut *shard;
+        let Shard { get, set, interval } = &mut *shard;
         for &(op, latency_ns) in batch {
-            run.record(op, latency_ns);
+            match op {
+                Op::Get => record_one(get, latency_ns),
+                Op::Set => record_one(set, latency_ns),
+            }
             if let Some(interval) = interval.as_mut() {
-                record_one(interval, latency_ns.clamp(1, LATENCY_NS_MAX));
+                record_one(interval, latency_ns);
             }
         }
     }
 
-    /// All shards merged.
+    /// All shards merged; `all` is gets and sets merged.
     pub fn merged(&self) -> Result<Latencies, BenchError> {
+        let merge_error = |error| BenchError::Histogram(format!("{error:?}"));
         let mut total = Latencies::new()?;
         for shard in &self.shards {
-            total.add(&shard.lock().unwrap_or_else(PoisonError::into_inner).run)?;
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            total.get.add(&shard.get).map_err(merge_error)?;
+            total.set.add(&shard.set).map_err(merge_error)?;
         }
+        total.all.add(&total.get).map_err(merge_error)?;
+        total.all.add(&total.set).map_err(merge_error)?;
         Ok(total)
     }
 
@@ -156,9 +182,15 @@ pub struct Live {
 }
 
 impl Live {
+    /// Adds to the counts. Zeroes are skipped: every connection's adds
+    /// touch the same cache line, which a write moves between the cores.
     pub fn add(&self, completed: u64, errors: u64) {
-        self.completed.fetch_add(completed, Ordering::Relaxed);
-        self.errors.fetch_add(errors, Ordering::Relaxed);
+        if completed > 0 {
+            self.completed.fetch_add(completed, Ordering::Relaxed);
+        }
+        if errors > 0 {
+            self.errors.fetch_add(errors, Ordering::Relaxed);
+        }
     }
 }
 
@@ -213,6 +245,23 @@ mod tests {
         assert_eq!(merged.set.len(), 2);
         assert_eq!(merged.get.min(), 1, "zero is clamped to 1 ns");
         assert!(merged.set.max() >= LATENCY_NS_MAX / 1001 * 1000);
+    }
+
+    #[test]
+    fn recording_never_resizes_a_histogram() {
+        let recorder = Recorder::new(1, true).unwrap();
+        let sizes = |recorder: &Recorder| {
+            let shard = recorder.shards.first().unwrap().lock().unwrap();
+            let interval = shard.interval.as_ref().unwrap();
+            [&shard.get, &shard.set, interval].map(Histogram::distinct_values)
+        };
+        let before = sizes(&recorder);
+        assert!(before.iter().all(|&size| size > 30_000), "{before:?}");
+        recorder.record(
+            0,
+            &[(Op::Get, 1), (Op::Set, LATENCY_NS_MAX), (Op::Get, u64::MAX)],
+        );
+        assert_eq!(sizes(&recorder), before);
     }
 
     #[test]

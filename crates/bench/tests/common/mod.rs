@@ -7,7 +7,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 
-/// Answers `set` with `STORED` and `get` with `END` (a miss) until the
+/// Answers `set` with `STORED` (`CLIENT_ERROR` when its data block does not
+/// end where its byte count says) and `get` with `END` (a miss) until the
 /// client closes the connection: requests come from `input`, replies go
 /// to `output` (two handles of one socket).
 pub fn serve_connection(input: impl Read, mut output: impl Write) -> std::io::Result<()> {
@@ -27,7 +28,11 @@ pub fn serve_connection(input: impl Read, mut output: impl Write) -> std::io::Re
                     .expect("set carries a byte count");
                 let mut data = vec![0; bytes + 2];
                 reader.read_exact(&mut data)?;
-                output.write_all(b"STORED\r\n")?;
+                if data.ends_with(b"\r\n") {
+                    output.write_all(b"STORED\r\n")?;
+                } else {
+                    output.write_all(b"CLIENT_ERROR bad data chunk\r\n")?;
+                }
             }
             Some("get") => output.write_all(b"END\r\n")?,
             _ => output.write_all(b"ERROR\r\n")?,
