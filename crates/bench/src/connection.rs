@@ -22,10 +22,10 @@
 //! omission correction, as in wrk2).
 //!
 //! Every wait is bounded: the writer stops at the plan's stop time or when
-//! its request budget is spent, each read waits at most `timeout` (with one
-//! request in flight, each reply must come within `timeout` of its request)
-//! and never past `stop + timeout`, and a write that the socket does not
-//! take at once waits at most `timeout`. A connection that fails (I/O
+//! its request budget is spent, each read waits at most `timeout` (in
+//! `measure_one_at_a_time`, each reply must come within `timeout` of its
+//! request) and never past `stop + timeout`, and a write that the socket
+//! does not take at once waits at most `timeout`. A connection that fails (I/O
 //! error, timeout, malformed or out-of-step reply) stops sending (the
 //! pipelined phase's reader closes the semaphore, which stops its writer)
 //! and reports why; its requests in flight are not counted.
@@ -34,7 +34,7 @@ use crate::limits::{PRELOAD_PIPELINE, REPLY_BYTES_MAX};
 use crate::reply::{parse_memcached, parse_resp, Parsed, Reply, ReplyError};
 use crate::request::{Op, Protocol};
 use crate::socket::{ReadHalf, Stream, WriteHalf};
-use crate::stats::{thread_number, Tally};
+use crate::stats::Tally;
 use crate::workload::{Shared, Workload};
 use bytes::{Buf, BytesMut};
 use std::collections::VecDeque;
@@ -91,6 +91,8 @@ impl Reader {
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        // No caller passes a deadline earlier than the one before; were one
+        // to, the timer would oversleep it, so it is moved back.
         if timer.deadline() > deadline {
             timer.as_mut().reset(deadline);
         }
@@ -398,7 +400,7 @@ async fn measure_one_at_a_time(
                 .read_more((due + plan.timeout).min(hard_deadline), plan.timeout)
                 .await?;
         }
-        shared.recorder.record(thread_number(), &latencies);
+        shared.recorder.record(&latencies);
         latencies.clear();
     }
 }
@@ -577,7 +579,7 @@ async fn read_replies(
         )?;
         if completed > 0 {
             permits.add_permits(completed);
-            shared.recorder.record(thread_number(), &latencies);
+            shared.recorder.record(&latencies);
             latencies.clear();
             continue;
         }

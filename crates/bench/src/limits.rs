@@ -72,6 +72,11 @@ pub const KEY_FILE_IDS_MAX: usize = 200_000_000;
 /// memcached's key limit, which validation checks separately.
 pub const KEY_PREFIX_BYTES_MAX: usize = 200;
 
+/// Most latency histogram shards: one per worker thread up to this, and
+/// past it threads share them. Each holds up to 0.8 MB of counts, made
+/// before the run.
+pub const HISTOGRAM_SHARDS_MAX: usize = 64;
+
 /// Highest latency a histogram can record; longer ones are clamped to it
 /// (and the reply timeout is below it, so none should be).
 pub const LATENCY_NS_MAX: u64 = 2 * 60 * 60 * 1_000_000_000;

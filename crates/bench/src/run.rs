@@ -13,23 +13,19 @@ use crate::connection::{self, Connection, MeasureOutcome, Plan, PreloadOutcome};
 use crate::error::BenchError;
 use crate::intervals::{interval_loop, IntervalLog};
 use crate::keys::{KeyFile, KeySpace};
-use crate::limits::DURATION_MAX;
+use crate::limits::{DURATION_MAX, HISTOGRAM_SHARDS_MAX};
 use crate::options::{BenchOptions, KeyPattern};
 use crate::report::{IntervalReport, LatencyReport, PreloadReport, Report, RunSettings};
 use crate::socket::{Stream, Target};
-use crate::stats::{set_thread_number, Recorder, Tally};
+use crate::stats::{Recorder, Tally};
 use crate::workload::Shared;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-/// Most histogram shards (one per worker thread up to this), whatever the
-/// thread count: each holds up to 0.8 MB of counts, made before the run.
-const HISTOGRAM_SHARDS_MAX: usize = 64;
 
 /// How long after the last connection task is spawned the first request is
 /// due, so that every task is parked on its timer when the clock starts.
@@ -53,10 +49,6 @@ pub fn run(options: BenchOptions) -> Result<Report, BenchError> {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(options.threads)
-        .on_thread_start({
-            let next = AtomicUsize::new(0);
-            move || set_thread_number(next.fetch_add(1, Ordering::Relaxed))
-        })
         .thread_name("larder-bench")
         .enable_all()
         .build()
@@ -67,7 +59,8 @@ pub fn run(options: BenchOptions) -> Result<Report, BenchError> {
 async fn drive(options: BenchOptions, keys: KeySpace) -> Result<Report, BenchError> {
     let seed = options.seed.unwrap_or_else(rand::random);
     let connections = options.connections();
-    // A shard per worker thread, each thread recording into its own.
+    // A shard per worker thread, each thread recording into its own (the
+    // runtime's other threads never record).
     let shards = options.threads.clamp(1, HISTOGRAM_SHARDS_MAX);
     let recorder = Recorder::new(shards, options.interval.is_some())?;
     let shared = Arc::new(Shared::new(&options, keys, seed, recorder));

@@ -5,12 +5,14 @@
 //! run, its memory written once, so that recording never allocates, grows
 //! or faults in a page while requests are measured. One histogram per
 //! connection would cost hundreds of kilobytes times thousands of
-//! connections, so the [`Recorder`] keeps a shard per worker thread (up to
-//! a limit), each behind its own mutex, and a connection records into the
-//! shard of the thread it runs on, once per batch of replies: the shard is
-//! then in that thread's core's cache and its lock uncontended, where a
-//! shard per connection was in the other core's cache about half the time
-//! (tokio moves tasks between threads). A shard records each latency once,
+//! connections, so the [`Recorder`] keeps a shard per thread that records
+//! (up to a limit; past it threads share shards), each behind its own
+//! mutex, and a connection records into the shard of the thread it runs
+//! on, once per batch of replies: the shard is then in that thread's
+//! core's cache, where a shard per connection was in the other core's
+//! cache about half the time (tokio moves tasks between threads). A thread
+//! gets its shard at its first record into a recorder, the next one in
+//! turn. A shard records each latency once,
 //! by kind; the histogram of every request is the kinds merged when the run
 //! is reported. With `--interval`, each shard also keeps a histogram of the
 //! current interval, recorded under the same lock, which the interval task
@@ -25,7 +27,7 @@ use crate::limits::LATENCY_NS_MAX;
 use crate::request::Op;
 use hdrhistogram::Histogram;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 /// Latency histograms in nanoseconds: every request, and gets and sets apart.
@@ -44,9 +46,10 @@ fn histogram() -> Result<Histogram<u64>, BenchError> {
 
 /// A [`histogram`] whose every count has been written once, so that no
 /// record into it is the first touch of a page. (A new one's counts are
-/// zeroed memory the system may not have mapped yet.)
+/// zeroed memory the system may not have mapped yet.) `black_box` keeps
+/// the compiler from dropping the writes as storing zeroes over zeroes.
 fn touched_histogram() -> Result<Histogram<u64>, BenchError> {
-    let mut histogram = histogram()?;
+    let mut histogram = std::hint::black_box(histogram()?);
     histogram.reset();
     Ok(histogram)
 }
@@ -67,20 +70,13 @@ impl Latencies {
 }
 
 thread_local! {
-    /// This thread's number among the run's threads (0 for any other).
-    static THREAD_NUMBER: Cell<usize> = const { Cell::new(0) };
+    /// The recorder this thread last recorded into (its [`Recorder::id`])
+    /// and the shard it was given there.
+    static SHARD: Cell<Option<(u64, usize)>> = const { Cell::new(None) };
 }
 
-/// Numbers the calling thread; the runtime calls it as it starts each of
-/// its threads.
-pub fn set_thread_number(number: usize) {
-    THREAD_NUMBER.with(|cell| cell.set(number));
-}
-
-/// The calling thread's number: the shard it records into.
-pub fn thread_number() -> usize {
-    THREAD_NUMBER.with(Cell::get)
-}
+/// Numbers recorders, so a thread can tell which one its shard is in.
+static RECORDERS: AtomicU64 = AtomicU64::new(0);
 
 /// One shard: latencies of the whole run by kind, and of the current
 /// interval when the run reports intervals.
@@ -92,7 +88,11 @@ struct Shard {
 
 /// Sharded latency histograms shared by all connections.
 pub struct Recorder {
+    /// Unique in the process.
+    id: u64,
     shards: Vec<Mutex<Shard>>,
+    /// Threads given a shard so far.
+    threads: AtomicUsize,
 }
 
 impl Recorder {
@@ -113,12 +113,29 @@ impl Recorder {
                 }))
             })
             .collect::<Result<_, BenchError>>()?;
-        Ok(Recorder { shards })
+        Ok(Recorder {
+            id: RECORDERS.fetch_add(1, Ordering::Relaxed),
+            shards,
+            threads: AtomicUsize::new(0),
+        })
     }
 
-    /// Records a batch of `(op, latency_ns)` under one lock of shard
-    /// `shard % shards` (in a run, the caller's [`thread_number`]).
-    pub fn record(&self, shard: usize, batch: &[(Op, u64)]) {
+    /// Records a batch of `(op, latency_ns)` under one lock of the calling
+    /// thread's shard.
+    pub fn record(&self, batch: &[(Op, u64)]) {
+        let shard = match SHARD.get() {
+            Some((id, shard)) if id == self.id => shard,
+            _ => {
+                let shard = self.threads.fetch_add(1, Ordering::Relaxed);
+                SHARD.set(Some((self.id, shard)));
+                shard
+            }
+        };
+        self.record_into(shard, batch);
+    }
+
+    /// Records a batch under one lock of shard `shard % shards`.
+    fn record_into(&self, shard: usize, batch: &[(Op, u64)]) {
         if batch.is_empty() {
             return;
         }
@@ -236,15 +253,56 @@ mod tests {
     #[test]
     fn shards_merge_into_one_histogram_per_op() {
         let recorder = Recorder::new(3, false).unwrap();
-        recorder.record(0, &[(Op::Get, 1_000), (Op::Set, 5_000)]);
-        recorder.record(1, &[(Op::Get, 2_000)]);
-        recorder.record(7, &[(Op::Get, 0), (Op::Set, u64::MAX)]);
+        recorder.record_into(0, &[(Op::Get, 1_000), (Op::Set, 5_000)]);
+        recorder.record_into(1, &[(Op::Get, 2_000)]);
+        recorder.record_into(7, &[(Op::Get, 0), (Op::Set, u64::MAX)]);
         let merged = recorder.merged().unwrap();
         assert_eq!(merged.all.len(), 5);
         assert_eq!(merged.get.len(), 3);
         assert_eq!(merged.set.len(), 2);
         assert_eq!(merged.get.min(), 1, "zero is clamped to 1 ns");
         assert!(merged.set.max() >= LATENCY_NS_MAX / 1001 * 1000);
+    }
+
+    #[test]
+    fn each_recording_thread_gets_a_shard_of_its_own() {
+        let recorder = Recorder::new(3, false).unwrap();
+        std::thread::scope(|scope| {
+            for _ in 0..3 {
+                scope.spawn(|| {
+                    recorder.record(&[(Op::Get, 1_000)]);
+                    recorder.record(&[(Op::Set, 2_000)]);
+                });
+            }
+        });
+        for shard in &recorder.shards {
+            let shard = shard.lock().unwrap();
+            assert_eq!(
+                (shard.get.len(), shard.set.len()),
+                (1, 1),
+                "each shard holds one thread's two records"
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_gets_a_shard_in_each_recorder_it_records_into() {
+        let first = Recorder::new(2, false).unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| first.record(&[(Op::Get, 1_000)]));
+        });
+        first.record(&[(Op::Get, 1_000)]);
+        let second = Recorder::new(2, false).unwrap();
+        second.record(&[(Op::Get, 1_000)]);
+        let counts = |recorder: &Recorder| {
+            recorder
+                .shards
+                .iter()
+                .map(|shard| shard.lock().unwrap().get.len())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(counts(&first), [1, 1], "this thread came second");
+        assert_eq!(counts(&second), [1, 0], "and first in the new recorder");
     }
 
     #[test]
@@ -257,7 +315,7 @@ mod tests {
         };
         let before = sizes(&recorder);
         assert!(before.iter().all(|&size| size > 30_000), "{before:?}");
-        recorder.record(
+        recorder.record_into(
             0,
             &[(Op::Get, 1), (Op::Set, LATENCY_NS_MAX), (Op::Get, u64::MAX)],
         );
@@ -267,8 +325,8 @@ mod tests {
     #[test]
     fn each_latency_is_taken_in_exactly_one_interval() {
         let recorder = Recorder::new(2, true).unwrap();
-        recorder.record(0, &[(Op::Get, 1_000), (Op::Set, 2_000)]);
-        recorder.record(1, &[(Op::Get, 3_000)]);
+        recorder.record_into(0, &[(Op::Get, 1_000), (Op::Set, 2_000)]);
+        recorder.record_into(1, &[(Op::Get, 3_000)]);
         let first = recorder.take_interval().unwrap();
         assert_eq!(first.len(), 3, "both shards are merged");
         assert!(
@@ -280,7 +338,7 @@ mod tests {
             recorder.take_interval().unwrap().is_empty(),
             "taking an interval resets it"
         );
-        recorder.record(5, &[(Op::Set, 7_000_000)]);
+        recorder.record_into(5, &[(Op::Set, 7_000_000)]);
         let second = recorder.take_interval().unwrap();
         assert_eq!(second.len(), 1);
         assert!(
@@ -298,7 +356,7 @@ mod tests {
     #[test]
     fn a_recorder_without_intervals_takes_empty_ones() {
         let recorder = Recorder::new(1, false).unwrap();
-        recorder.record(0, &[(Op::Get, 1_000)]);
+        recorder.record_into(0, &[(Op::Get, 1_000)]);
         assert!(recorder.take_interval().unwrap().is_empty());
         assert_eq!(recorder.merged().unwrap().all.len(), 1);
     }
