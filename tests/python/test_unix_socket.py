@@ -4,9 +4,10 @@ What the two servers share is checked on the real memcached first, through
 the same client (pymemcache, which takes a path as a Unix socket's address),
 and then on Larder: ordinary commands, the socket file's permissions and
 `stats settings`. What is Larder's own is checked on Larder alone: writes
-over the socket surviving SIGKILL, a clean stop removing the file, a socket
-a live server answers on or a path that is not a socket stopping the start
-(memcached would take the path over), and bad modes refused.
+over the socket surviving SIGKILL, a clean stop removing the file and its
+lock file (`PATH.lock`), a second Larder on a path in use stopped by that
+lock, a socket memcached listens on or a path that is not a socket stopping
+the start (memcached would take the path over), and bad modes refused.
 """
 
 from __future__ import annotations
@@ -85,13 +86,16 @@ def test_acknowledged_writes_over_the_socket_survive_sigkill(servers, tmp_path):
     c.close()
     larder.kill()
     assert stat.S_ISSOCK(path.lstat().st_mode), "SIGKILL leaves the socket file"
-    larder.start()  # which replaces it
+    lock = tmp_path / "larder.sock.lock"
+    assert lock.is_file(), "and its lock file, no longer locked"
+    larder.start()  # which takes the lock and replaces the socket file
     c = client(larder)
     found = c.get_many([f"key-{i}" for i in range(500)])
     assert found == {f"key-{i}": f"value-{i}".encode() for i in range(500)}
     c.close()
     assert larder.stop() == 0
     assert not path.exists(), "a clean stop removes the socket file"
+    assert not lock.exists(), "and its lock file"
 
 
 def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers, tmp_path):
@@ -100,9 +104,23 @@ def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers,
     taken = serve("-s", str(live), "--data-dir", str(tmp_path / "second"))
     assert taken.returncode == 1, taken
     lines = taken.stderr.strip().splitlines()
-    assert lines[-1] == f"larder: cannot listen on unix socket {live}: a server is listening on it already"
+    assert lines[-1] == (
+        f"larder: cannot listen on unix socket {live}: another server holds its lock file "
+        f"{live}.lock (it is starting, or serving on this path)"
+    )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(str(live))  # the first server still has it
+
+    memcached_socket = tmp_path / "memcached.sock"
+    servers.memcached(unix_socket=memcached_socket)
+    taken = serve("-s", str(memcached_socket), "--data-dir", str(tmp_path / "fourth"))
+    assert taken.returncode == 1, taken
+    assert taken.stderr.strip().splitlines()[-1] == (
+        f"larder: cannot listen on unix socket {memcached_socket}: a server is listening on it already"
+    )
+    assert not Path(f"{memcached_socket}.lock").exists(), "a failed start removes its lock file"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(memcached_socket))  # memcached still has it
 
     file = tmp_path / "notes.txt"
     file.write_text("keep me")

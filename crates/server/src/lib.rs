@@ -39,6 +39,7 @@ mod meta;
 mod session;
 pub mod stats;
 mod text;
+mod unix_socket;
 
 pub use config::{ConfigError, ConfigFile, ServerConfig};
 
@@ -47,12 +48,13 @@ use larder_protocol::Limits;
 use session::Shared;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use unix_socket::{listen_unix, UnixSocketFile};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -137,31 +139,6 @@ impl Listener {
     }
 }
 
-/// A listening Unix domain socket and its file.
-struct UnixSocketFile {
-    listener: UnixListener,
-    file: BoundPath,
-}
-
-/// The file a Unix domain socket was bound to, removed when this is
-/// dropped unless something else has taken the path since.
-struct BoundPath {
-    path: PathBuf,
-    /// Device and inode of the socket's file.
-    identity: (u64, u64),
-}
-
-impl Drop for BoundPath {
-    fn drop(&mut self) {
-        use std::os::unix::fs::MetadataExt;
-        let ours = std::fs::symlink_metadata(&self.path)
-            .is_ok_and(|metadata| (metadata.dev(), metadata.ino()) == self.identity);
-        if ours {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// What to do about damage that stops a start.
 fn salvage_hint(error: &larder_engine::Error) -> &'static str {
     match error {
@@ -221,7 +198,7 @@ impl Server {
             Listener::Tcp(listener) => Address::Tcp(listener.local_addr().unwrap_or_else(|_| {
                 SocketAddr::new(self.shared.config.listen, self.shared.config.port)
             })),
-            Listener::Unix(socket) => Address::Unix(socket.file.path.clone()),
+            Listener::Unix(socket) => Address::Unix(socket.path().to_owned()),
         }
     }
 
@@ -371,60 +348,6 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(limits::LISTEN_BACKLOG)
-}
-
-/// Opens a Unix domain socket at `path` whose file has permission bits
-/// `mode`, with the same backlog as TCP's. A socket file left at `path` by
-/// a server that has gone is replaced, as memcached replaces any socket
-/// file there; unlike memcached, anything else there is left alone and the
-/// start fails: a socket that a live server answers on, or a file that is
-/// not a socket.
-async fn listen_unix(path: &Path, mode: u32) -> std::io::Result<UnixSocketFile> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    clear_stale_socket(path).await?;
-    let socket = tokio::net::UnixSocket::new_stream()?;
-    socket.bind(path)?;
-    let metadata = std::fs::symlink_metadata(path)?;
-    // If the start fails from here on, dropping this removes the file.
-    let file = BoundPath {
-        path: path.to_owned(),
-        identity: (metadata.dev(), metadata.ino()),
-    };
-    // Before `listen`: until then every connect is refused, so no client
-    // gets in under the permissions the umask gave the file.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    let listener = socket.listen(limits::LISTEN_BACKLOG)?;
-    Ok(UnixSocketFile { listener, file })
-}
-
-/// Removes a socket file at `path` that no server answers on; fails,
-/// removing nothing, if a server answers on it or the path is something
-/// other than a socket.
-async fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-        Ok(metadata) if !metadata.file_type().is_socket() => {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                "the path exists and is not a socket (left as it is)",
-            ))
-        }
-        Ok(_) => {}
-    }
-    // tokio connects without waiting: a live server accepts (or, with its
-    // backlog full, the connect fails with `WouldBlock`), and only a file
-    // that no socket listens on refuses.
-    match UnixStream::connect(path).await {
-        Err(error) if error.kind() == ErrorKind::ConnectionRefused => std::fs::remove_file(path),
-        Err(error) if error.kind() != ErrorKind::WouldBlock => Err(error),
-        _ => Err(Error::new(
-            ErrorKind::AddrInUse,
-            "a server is listening on it already",
-        )),
-    }
 }
 
 fn accept<S: Socket>(

@@ -17,6 +17,9 @@ pub const UNIX_SOCKET_MODE_DEFAULT: u32 = 0o700;
 /// Longest Unix domain socket path: the kernel's `sun_path` holds 108
 /// bytes with the terminating zero.
 pub const UNIX_SOCKET_PATH_BYTES_MAX: usize = 107;
+/// Most times a start opens and locks a Unix domain socket's lock file
+/// when each one it locked had been removed by a stopping server.
+pub const UNIX_SOCKET_LOCK_ATTEMPTS_MAX: usize = 8;
 /// Connections the kernel may queue before the server accepts them.
 pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.

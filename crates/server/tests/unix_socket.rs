@@ -1,7 +1,7 @@
 //! Serving on a Unix domain socket (`-s`, as memcached): a real client
 //! over the socket, the socket file's permissions, what happens to a file
-//! already at the path, and the file's removal at shutdown (only while it
-//! is still the server's).
+//! already at the path, the lock file beside it (`PATH.lock`), and the
+//! files' removal at shutdown (only while they are still the server's).
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -11,9 +11,33 @@ use common::{config, Raw, TestServer, REPLY_TIMEOUT};
 use larder_engine::Durability;
 use larder_server::{Address, ServerConfig, ServerError};
 use std::collections::HashMap;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+
+/// The lock file a server holds for the socket at `path`.
+fn lock_path(path: &Path) -> PathBuf {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    PathBuf::from(lock)
+}
+
+/// Opens and locks `path` as another server would; the lock lasts as long
+/// as the file is open.
+fn hold_lock(path: &Path) -> std::fs::File {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .unwrap();
+    // SAFETY: a valid descriptor owned by `file`.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
+    file
+}
 
 fn unix_config(dir: &Path, socket: &Path) -> ServerConfig {
     ServerConfig {
@@ -57,6 +81,7 @@ fn a_client_reads_and_writes_over_the_socket_and_its_file_goes_at_shutdown() {
     let metadata = std::fs::symlink_metadata(&path).unwrap();
     assert!(metadata.file_type().is_socket());
     assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
+    assert!(lock_path(&path).is_file(), "the lock file is beside it");
 
     let client = client(&path);
     client.set("greeting", "hello", 0).unwrap();
@@ -78,6 +103,10 @@ fn a_client_reads_and_writes_over_the_socket_and_its_file_goes_at_shutdown() {
     drop(client);
     server.stop().unwrap();
     assert!(!path.exists(), "the socket file is left after shutdown");
+    assert!(
+        !lock_path(&path).exists(),
+        "the lock file is left after shutdown"
+    );
 
     // What was acknowledged over the socket is there after a restart.
     let server = TestServer::start_with(unix_config(dir.path(), &path));
@@ -109,8 +138,10 @@ fn the_socket_file_gets_the_mode_asked_for() {
 fn a_socket_file_left_by_a_server_that_has_gone_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stale.sock");
-    // Bound, then closed without removing its file, as after a kill -9.
+    // Bound, then closed without removing its file, as after a kill -9,
+    // which leaves the lock file too, no longer locked.
     drop(UnixListener::bind(&path).unwrap());
+    drop(hold_lock(&lock_path(&path)));
     assert!(UnixStream::connect(&path).is_err());
     assert!(std::fs::symlink_metadata(&path)
         .unwrap()
@@ -138,20 +169,74 @@ fn a_socket_file_another_has_taken_is_left_at_shutdown() {
 }
 
 #[test]
-fn a_socket_a_live_server_answers_on_is_left_to_it() {
+fn a_second_server_on_the_path_of_a_running_one_fails_on_its_lock() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("live.sock");
     let first = TestServer::start_with(unix_config(&dir.path().join("first"), &path));
     let error = start_failing(unix_config(&dir.path().join("second"), &path));
     let message = error.to_string();
     assert!(
-        matches!(error, ServerError::Listen { .. }) && message.contains("already"),
+        matches!(error, ServerError::Listen { .. }) && message.contains("holds its lock file"),
         "{message}"
     );
     assert!(message.contains(&path.display().to_string()), "{message}");
-    // The first server still has its socket.
+    // The first server still has its socket, and its lock file.
     client(&path).set("still", "here", 0).unwrap();
+    assert!(lock_path(&path).is_file());
     first.stop().unwrap();
+}
+
+#[test]
+fn a_socket_another_program_listens_on_is_left_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.sock");
+    let other = UnixListener::bind(&path).unwrap();
+    let error = start_failing(unix_config(dir.path(), &path));
+    let message = error.to_string();
+    assert!(
+        matches!(error, ServerError::Listen { .. }) && message.contains("already"),
+        "{message}"
+    );
+    UnixStream::connect(&path).unwrap();
+    assert!(
+        !lock_path(&path).exists(),
+        "the failed start removes the lock file it made"
+    );
+    drop(other);
+}
+
+#[test]
+fn a_path_whose_lock_another_server_holds_is_left_alone() {
+    // Another server that holds the lock may have bound its socket and not
+    // yet called listen(): its file then refuses connections like a stale
+    // one, and must not be taken for one.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("starting.sock");
+    let lock = hold_lock(&lock_path(&path));
+    drop(UnixListener::bind(&path).unwrap());
+    let before = std::fs::symlink_metadata(&path).unwrap();
+    let error = start_failing(unix_config(dir.path(), &path));
+    assert!(error.to_string().contains("holds its lock file"), "{error}");
+    let after = std::fs::symlink_metadata(&path).unwrap();
+    assert_eq!(after.ino(), before.ino(), "the socket file was replaced");
+    drop(lock);
+
+    // Once it lets go, the file is stale and is replaced.
+    let server = TestServer::start_with(unix_config(dir.path(), &path));
+    client(&path).set("after", "lock", 0).unwrap();
+    server.stop().unwrap();
+}
+
+#[test]
+fn a_lock_file_that_is_a_link_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("larder.sock");
+    let elsewhere = dir.path().join("elsewhere");
+    std::os::unix::fs::symlink(&elsewhere, lock_path(&path)).unwrap();
+    let error = start_failing(unix_config(dir.path(), &path));
+    assert!(error.to_string().contains("lock file"), "{error}");
+    assert!(!elsewhere.exists(), "the link was followed");
+    assert!(!path.exists());
 }
 
 #[test]
