@@ -105,8 +105,8 @@ def test_a_socket_in_use_or_a_path_that_is_not_a_socket_stops_the_start(servers,
     assert taken.returncode == 1, taken
     lines = taken.stderr.strip().splitlines()
     assert lines[-1] == (
-        f"larder: cannot listen on unix socket {live}: another server holds its lock file "
-        f"{live}.lock (it is starting, or serving on this path)"
+        f"larder: cannot listen on unix socket {live}: the lock file {live}.lock is held by "
+        "another process (a Larder starting, serving or stopping on this path)"
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(str(live))  # the first server still has it

@@ -9,6 +9,7 @@ use crate::limits;
 use larder_engine::Durability;
 use serde::Deserialize;
 use std::net::IpAddr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Everything `larder serve` needs.
@@ -282,6 +283,20 @@ impl ServerConfig {
                     limits::UNIX_SOCKET_PATH_BYTES_MAX
                 )));
             }
+            // The socket is a file in a directory, with its lock file
+            // beside it: "dir/", "." and ".." name no such file.
+            let bytes = path.as_os_str().as_bytes();
+            let last = bytes
+                .rsplit(|&byte| byte == b'/')
+                .next()
+                .unwrap_or_default();
+            let names_a_file = !matches!(last, b"" | b"." | b"..");
+            if !names_a_file {
+                return Err(ConfigError(format!(
+                    "unix socket path {:?} must end in a file name",
+                    path.display().to_string()
+                )));
+            }
         }
         if (self.segment_bytes() as usize) < item_fitting_segment(self.max_item_size) {
             return Err(ConfigError(format!(
@@ -410,6 +425,21 @@ mod tests {
             ..ServerConfig::default()
         };
         assert!(longest.validate().is_ok());
+        for path in ["/run/larder/", ".", "..", "/run/..", "/", "/run/."] {
+            let config = ServerConfig {
+                unix_socket: Some(PathBuf::from(path)),
+                ..ServerConfig::default()
+            };
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("must end in a file name"), "{path}: {error}");
+        }
+        for path in ["larder.sock", "./larder.sock", "/run/larder.sock"] {
+            let config = ServerConfig {
+                unix_socket: Some(PathBuf::from(path)),
+                ..ServerConfig::default()
+            };
+            assert!(config.validate().is_ok(), "{path}");
+        }
     }
 
     #[test]

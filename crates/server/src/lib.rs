@@ -54,7 +54,7 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use unix_socket::{listen_unix, UnixSocketFile};
+use unix_socket::{listen_unix, SocketLockFile, UnixSocketFile};
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -160,12 +160,29 @@ impl Server {
             .with_item_bytes_max(config.max_item_size)
             .map_err(|e| ConfigError(format!("max item size: {e}")))?;
         make_room_for_connections(config.max_connections);
+        let listen_error = |path: &PathBuf| {
+            let addr = Address::Unix(path.clone());
+            move |source| ServerError::Listen { addr, source }
+        };
+        // Before the data directory, whose recovery may take a while: a
+        // second server on the socket's path stops at once.
+        let socket_lock = match &config.unix_socket {
+            Some(path) => Some((
+                path,
+                SocketLockFile::take(path, config.unix_socket_mode).map_err(listen_error(path))?,
+            )),
+            None => None,
+        };
         let engine_config = config.engine_config();
         let engine =
             tokio::task::spawn_blocking(move || larder_engine::Engine::open(engine_config))
                 .await
                 .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
-        let listener = match &config.unix_socket {
+        let listener = match socket_lock {
+            Some((path, lock)) => listen_unix(path, config.unix_socket_mode, lock)
+                .await
+                .map(Listener::Unix)
+                .map_err(listen_error(path))?,
             None => {
                 let addr = SocketAddr::new(config.listen, config.port);
                 listen(addr)
@@ -175,13 +192,6 @@ impl Server {
                         source,
                     })?
             }
-            Some(path) => listen_unix(path, config.unix_socket_mode)
-                .await
-                .map(Listener::Unix)
-                .map_err(|source| ServerError::Listen {
-                    addr: Address::Unix(path.clone()),
-                    source,
-                })?,
         };
         let shared = Arc::new(Shared {
             engine: Arc::new(engine),

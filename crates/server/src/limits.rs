@@ -20,6 +20,9 @@ pub const UNIX_SOCKET_PATH_BYTES_MAX: usize = 107;
 /// Most times a start opens and locks a Unix domain socket's lock file
 /// when each one it locked had been removed by a stopping server.
 pub const UNIX_SOCKET_LOCK_ATTEMPTS_MAX: usize = 8;
+/// What a Unix domain socket's lock file is named by: the socket's path
+/// with this added.
+pub const UNIX_SOCKET_LOCK_FILE_SUFFIX: &str = ".lock";
 /// Connections the kernel may queue before the server accepts them.
 pub const LISTEN_BACKLOG: u32 = 4096;
 /// Read buffer a connection starts with, and shrinks back to when idle.

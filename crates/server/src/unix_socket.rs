@@ -2,7 +2,8 @@
 //! (`--unix-socket PATH`), and the lock file beside it.
 //!
 //! A start on `PATH` takes, in order: the lock `PATH.lock` (an exclusive
-//! `flock`, held for the server's life), a look at what is at `PATH` (a
+//! `flock`, taken before the data directory is opened, and held until the
+//! server stops accepting connections), a look at what is at `PATH` (a
 //! socket file no server answers on is removed; a socket a live server
 //! answers on, or anything that is not a socket, stops the start), the
 //! bind, the file's mode, and `listen`. The lock makes the look and the
@@ -10,12 +11,23 @@
 //! on one path at the same moment could each find the other's file bound
 //! but not yet listening, take it for a stale one and remove it, leaving
 //! one of them serving a file nobody can reach. (memcached takes no lock,
-//! and removes any socket file at its path.) A lock file left by a killed
-//! server is not locked, and the next start takes it.
+//! and removes any socket file at its path; it and other programs ignore
+//! this lock, and only the look at `PATH` keeps Larder off their sockets.)
+//! A lock file left by a killed server is not locked, and the next start
+//! takes it; a file at `PATH.lock` that Larder could not have left (not an
+//! empty regular file, or a symbolic link) stops the start and is left
+//! alone. A new lock file gets the socket's permission bits without the
+//! execute ones: whoever may connect may also read it, which is all
+//! `flock` needs, so a server of another such user can take one left
+//! behind, and nobody else can hold it to stop a start.
 //!
-//! When the server stops, its socket file and then its lock file are
-//! removed, each only while the path still names the file this server
+//! When the server stops accepting, its socket file and then its lock file
+//! are removed, each only while the path still names the file this server
 //! made, and the lock is let go last.
+//!
+//! Called from [`Server::bind`](crate::Server::bind) on a runtime thread:
+//! the file calls (open, `flock` without waiting, stat, unlink) are short
+//! and never wait on another process.
 
 use crate::limits;
 use std::fs::File;
@@ -25,12 +37,13 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use tokio::net::{UnixListener, UnixStream};
 
-/// A listening Unix domain socket, its file and its lock. Dropped in this
-/// order: the socket closes, its file goes, then the lock file.
+/// A listening Unix domain socket, its file and its lock.
 pub(crate) struct UnixSocketFile {
+    // Field order is drop order, which matters: the socket closes, its
+    // file goes, and only then is the lock let go.
     pub(crate) listener: UnixListener,
     file: BoundPath,
-    _lock: PathLock,
+    _lock: SocketLockFile,
 }
 
 impl UnixSocketFile {
@@ -71,36 +84,44 @@ fn identity_of(path: &Path) -> std::io::Result<(u64, u64)> {
 /// socket's path is looked at until the server has removed its socket
 /// file; removed when dropped, while still locked, if the path still names
 /// it.
-struct PathLock {
+pub(crate) struct SocketLockFile {
     path: PathBuf,
     identity: (u64, u64),
     /// Closing it lets the lock go; it is dropped after `drop` has run.
     _file: File,
 }
 
-impl PathLock {
-    /// Creates (or opens) and locks the lock file of `socket_path`, without
-    /// waiting: another server holding it fails the start.
-    fn take(socket_path: &Path) -> std::io::Result<PathLock> {
+impl SocketLockFile {
+    /// Opens (or creates, with the socket's permission bits `mode` without
+    /// execute) and locks the lock file of the socket at `socket_path`,
+    /// without waiting: a lock another process holds fails the start, as
+    /// does a file there that is not a lock file.
+    pub(crate) fn take(socket_path: &Path, mode: u32) -> std::io::Result<SocketLockFile> {
+        Self::take_with(socket_path, mode, |_| {})
+    }
+
+    /// [`SocketLockFile::take`], calling `between_open_and_lock` with the
+    /// lock file's path after each open and before its `flock` (tests use
+    /// it to remove or replace the file there, as a stopping server may).
+    fn take_with(
+        socket_path: &Path,
+        mode: u32,
+        mut between_open_and_lock: impl FnMut(&Path),
+    ) -> std::io::Result<SocketLockFile> {
         let mut path = socket_path.as_os_str().to_owned();
-        path.push(".lock");
+        path.push(limits::UNIX_SOCKET_LOCK_FILE_SUFFIX);
         let path = PathBuf::from(path);
-        let named = |error: Error| {
+        let said = |what: &str, error: Error| {
             Error::new(
                 error.kind(),
-                format!("lock file {}: {error}", path.display()),
+                format!("{what} lock file {}: {error}", path.display()),
             )
         };
         for _ in 0..limits::UNIX_SOCKET_LOCK_ATTEMPTS_MAX {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .map_err(named)?;
+            let Some(file) = open_or_create(&path, mode & 0o666)? else {
+                continue;
+            };
+            between_open_and_lock(&path);
             // SAFETY: flock takes a valid open descriptor, owned by `file`,
             // which outlives the call.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
@@ -109,22 +130,24 @@ impl PathLock {
                     return Err(Error::new(
                         ErrorKind::AddrInUse,
                         format!(
-                            "another server holds its lock file {} (it is starting, \
-                             or serving on this path)",
+                            "the lock file {} is held by another process (a Larder \
+                             starting, serving or stopping on this path)",
                             path.display()
                         ),
                     ));
                 }
-                return Err(named(error));
+                return Err(said("cannot lock", error));
             }
-            let held = file.metadata().map_err(named)?;
+            let held = file
+                .metadata()
+                .map_err(|error| said("cannot read", error))?;
             let identity = (held.dev(), held.ino());
-            // A server stopping removes its lock file while it holds it; one
-            // opened just before that is locked only once nobody else can
-            // find it, so it is opened again.
+            // A server stopping removes its lock file while it holds it; a
+            // file opened just before that is locked only once nobody else
+            // can find it, so the path is opened again.
             match identity_of(&path) {
                 Ok(found) if found == identity => {
-                    return Ok(PathLock {
+                    return Ok(SocketLockFile {
                         path,
                         identity,
                         _file: file,
@@ -132,38 +155,113 @@ impl PathLock {
                 }
                 Ok(_) => {}
                 Err(error) if error.kind() == ErrorKind::NotFound => {}
-                Err(error) => return Err(named(error)),
+                Err(error) => return Err(said("cannot read", error)),
             }
         }
-        Err(named(Error::other(
-            "it was replaced on every attempt to lock it",
-        )))
+        Err(said(
+            "cannot lock",
+            Error::other(format!(
+                "it was removed or replaced on each of {} attempts",
+                limits::UNIX_SOCKET_LOCK_ATTEMPTS_MAX
+            )),
+        ))
     }
 }
 
-impl Drop for PathLock {
+impl Drop for SocketLockFile {
     fn drop(&mut self) {
         remove_if_same(&self.path, self.identity);
     }
 }
 
-/// Opens a Unix domain socket at `path` whose file has permission bits
-/// `mode`, with the same backlog as TCP's, holding `PATH.lock` (see the
-/// module's documentation). A socket file left at `path` by a server that
-/// has gone is replaced, as memcached replaces any socket file there;
-/// unlike memcached, anything else there is left alone and the start
-/// fails: a socket that a live server answers on, or a file that is not a
-/// socket.
-pub(crate) async fn listen_unix(path: &Path, mode: u32) -> std::io::Result<UnixSocketFile> {
+/// Opens the lock file at `path` for reading (`flock` needs no more, so a
+/// file another user's server left can be taken), or creates it with
+/// permission bits `mode` (whatever the umask) if there is none; `None` if
+/// another process created it in between, to be opened again. A link is
+/// not followed, nor is anything but an empty regular file taken.
+fn open_or_create(path: &Path, mode: u32) -> std::io::Result<Option<File>> {
     use std::os::unix::fs::PermissionsExt;
-    // If the start fails from here on, dropping these removes the files.
-    let lock = PathLock::take(path)?;
+    let refused = |why: &str| {
+        Error::new(
+            ErrorKind::AlreadyExists,
+            format!("{} {why} (left as it is)", path.display()),
+        )
+    };
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: opening a FIFO there must not wait for a writer.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(error) if error.kind() == ErrorKind::NotFound => {
+            let cannot_create = |error: Error| {
+                Error::new(
+                    error.kind(),
+                    format!("cannot create lock file {}: {error}", path.display()),
+                )
+            };
+            return match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+            {
+                Ok(file) => {
+                    file.set_permissions(std::fs::Permissions::from_mode(mode))
+                        .map_err(cannot_create)?;
+                    Ok(Some(file))
+                }
+                Err(error) if error.kind() == ErrorKind::AlreadyExists => Ok(None),
+                Err(error) => Err(cannot_create(error)),
+            };
+        }
+        Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(refused("is a symbolic link, not a lock file"))
+        }
+        Err(error) => {
+            return Err(Error::new(
+                error.kind(),
+                format!("cannot open lock file {}: {error}", path.display()),
+            ))
+        }
+    };
+    let metadata = file.metadata()?;
+    if !metadata.is_file() || metadata.len() > 0 {
+        return Err(refused("is not an empty regular file, so not a lock file"));
+    }
+    Ok(Some(file))
+}
+
+/// Opens a Unix domain socket at `path` whose file has permission bits
+/// `mode`, with the same backlog as TCP's, under `lock`, the path's lock
+/// (see the module's documentation). A socket file left at `path` by a
+/// server that has gone is replaced, as memcached replaces any socket file
+/// there; unlike memcached, anything else there is left alone and the
+/// start fails: a socket that a live server answers on, or a file that is
+/// not a socket. If the start fails, the files it made are removed.
+pub(crate) async fn listen_unix(
+    path: &Path,
+    mode: u32,
+    lock: SocketLockFile,
+) -> std::io::Result<UnixSocketFile> {
+    use std::os::unix::fs::PermissionsExt;
     clear_stale_socket(path).await?;
     let socket = tokio::net::UnixSocket::new_stream()?;
     socket.bind(path)?;
+    let identity = match identity_of(path) {
+        Ok(identity) => identity,
+        Err(error) => {
+            // Bound just now under the lock, so the file is this server's.
+            let _ = std::fs::remove_file(path);
+            return Err(error);
+        }
+    };
+    // If the start fails from here on, dropping this removes the file.
     let file = BoundPath {
         path: path.to_owned(),
-        identity: identity_of(path)?,
+        identity,
     };
     // Before `listen`: until then every connect is refused, so no client
     // gets in under the permissions the umask gave the file.
@@ -202,5 +300,51 @@ async fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
             ErrorKind::AddrInUse,
             "a server is listening on it already",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_lock_file_removed_before_it_is_locked_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("larder.sock");
+        let mut removed = false;
+        // As a server that is stopping removes the file this start opened.
+        let lock = SocketLockFile::take_with(&socket, 0o700, |path| {
+            if !removed {
+                std::fs::remove_file(path).unwrap();
+                removed = true;
+            }
+        })
+        .unwrap();
+        assert!(removed);
+        assert_eq!(identity_of(&lock.path).unwrap(), lock.identity);
+        drop(lock);
+        assert!(!dir.path().join("larder.sock.lock").exists());
+    }
+
+    #[test]
+    fn a_lock_file_replaced_at_every_attempt_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("larder.sock");
+        let mut attempts = 0;
+        let error = SocketLockFile::take_with(&socket, 0o700, |path| {
+            attempts += 1;
+            std::fs::remove_file(path).unwrap();
+            std::fs::write(path, b"").unwrap();
+        })
+        .err()
+        .unwrap();
+        assert_eq!(attempts, limits::UNIX_SOCKET_LOCK_ATTEMPTS_MAX);
+        assert!(error.to_string().contains("removed or replaced"), "{error}");
+        assert!(
+            dir.path().join("larder.sock.lock").exists(),
+            "a file this start did not lock is left"
+        );
     }
 }

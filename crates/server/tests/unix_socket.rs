@@ -33,7 +33,8 @@ fn hold_lock(path: &Path) -> std::fs::File {
         .truncate(false)
         .open(path)
         .unwrap();
-    // SAFETY: a valid descriptor owned by `file`.
+    // SAFETY: flock takes a valid open descriptor, owned by `file`, which
+    // outlives the call.
     let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
     file
@@ -82,6 +83,15 @@ fn a_client_reads_and_writes_over_the_socket_and_its_file_goes_at_shutdown() {
     assert!(metadata.file_type().is_socket());
     assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
     assert!(lock_path(&path).is_file(), "the lock file is beside it");
+    let lock_mode = std::fs::metadata(lock_path(&path))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        lock_mode & 0o777,
+        0o600,
+        "the socket's bits without execute"
+    );
 
     let client = client(&path);
     client.set("greeting", "hello", 0).unwrap();
@@ -128,8 +138,13 @@ fn the_socket_file_gets_the_mode_asked_for() {
         unix_socket_mode: 0o660,
         ..unix_config(dir.path(), &path)
     });
-    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o660);
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o660);
+    assert_eq!(
+        mode(&lock_path(&path)),
+        0o660,
+        "whoever may connect may lock"
+    );
     assert_eq!(settings(&path)["umask"], "660");
     server.stop().unwrap();
 }
@@ -176,10 +191,13 @@ fn a_second_server_on_the_path_of_a_running_one_fails_on_its_lock() {
     let error = start_failing(unix_config(&dir.path().join("second"), &path));
     let message = error.to_string();
     assert!(
-        matches!(error, ServerError::Listen { .. }) && message.contains("holds its lock file"),
+        matches!(error, ServerError::Listen { .. })
+            && message.contains(&format!(
+                "the lock file {} is held by another process",
+                lock_path(&path).display()
+            )),
         "{message}"
     );
-    assert!(message.contains(&path.display().to_string()), "{message}");
     // The first server still has its socket, and its lock file.
     client(&path).set("still", "here", 0).unwrap();
     assert!(lock_path(&path).is_file());
@@ -214,11 +232,19 @@ fn a_path_whose_lock_another_server_holds_is_left_alone() {
     let path = dir.path().join("starting.sock");
     let lock = hold_lock(&lock_path(&path));
     drop(UnixListener::bind(&path).unwrap());
-    let before = std::fs::symlink_metadata(&path).unwrap();
+    let inode = |path: &Path| std::fs::symlink_metadata(path).unwrap().ino();
+    let (socket_before, lock_before) = (inode(&path), inode(&lock_path(&path)));
     let error = start_failing(unix_config(dir.path(), &path));
-    assert!(error.to_string().contains("holds its lock file"), "{error}");
-    let after = std::fs::symlink_metadata(&path).unwrap();
-    assert_eq!(after.ino(), before.ino(), "the socket file was replaced");
+    assert!(
+        error.to_string().contains("is held by another process"),
+        "{error}"
+    );
+    assert_eq!(inode(&path), socket_before, "the socket file was replaced");
+    assert_eq!(
+        inode(&lock_path(&path)),
+        lock_before,
+        "the lock file was replaced"
+    );
     drop(lock);
 
     // Once it lets go, the file is stale and is replaced.
@@ -228,15 +254,46 @@ fn a_path_whose_lock_another_server_holds_is_left_alone() {
 }
 
 #[test]
-fn a_lock_file_that_is_a_link_is_not_followed() {
+fn a_lock_file_path_holding_something_else_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("larder.sock");
+    let kind = |path: &Path| std::fs::symlink_metadata(path).unwrap().file_type();
+
+    // A link is not followed.
     let elsewhere = dir.path().join("elsewhere");
     std::os::unix::fs::symlink(&elsewhere, lock_path(&path)).unwrap();
     let error = start_failing(unix_config(dir.path(), &path));
-    assert!(error.to_string().contains("lock file"), "{error}");
+    assert!(error.to_string().contains("is a symbolic link"), "{error}");
+    assert!(kind(&lock_path(&path)).is_symlink());
     assert!(!elsewhere.exists(), "the link was followed");
     assert!(!path.exists());
+    std::fs::remove_file(lock_path(&path)).unwrap();
+
+    // Larder never writes to its lock files: one with data is not one.
+    std::fs::write(lock_path(&path), b"someone's notes").unwrap();
+    let error = start_failing(unix_config(dir.path(), &path));
+    assert!(error.to_string().contains("not a lock file"), "{error}");
+    assert_eq!(std::fs::read(lock_path(&path)).unwrap(), b"someone's notes");
+    std::fs::remove_file(lock_path(&path)).unwrap();
+
+    std::fs::create_dir(lock_path(&path)).unwrap();
+    let error = start_failing(unix_config(dir.path(), &path));
+    assert!(error.to_string().contains("not a lock file"), "{error}");
+    assert!(lock_path(&path).is_dir());
+}
+
+#[test]
+fn a_lock_file_another_has_taken_is_left_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("larder.sock");
+    let server = TestServer::start_with(unix_config(dir.path(), &path));
+    std::fs::remove_file(lock_path(&path)).unwrap();
+    std::fs::write(lock_path(&path), b"").unwrap();
+    server.stop().unwrap();
+    assert!(
+        lock_path(&path).is_file(),
+        "the server removed a lock file that was not its own"
+    );
 }
 
 #[test]
