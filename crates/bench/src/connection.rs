@@ -25,8 +25,8 @@
 //! its request budget is spent, each read waits at most `timeout` (in
 //! `measure_one_at_a_time`, each reply must come within `timeout` of its
 //! request) and never past `stop + timeout`, and a write that the socket
-//! does not take at once waits at most `timeout`. A connection that fails (I/O
-//! error, timeout, malformed or out-of-step reply) stops sending (the
+//! does not take at once waits at most `timeout`. A connection that fails
+//! (I/O error, timeout, malformed or out-of-step reply) stops sending (the
 //! pipelined phase's reader closes the semaphore, which stops its writer)
 //! and reports why; its requests in flight are not counted.
 

@@ -12,15 +12,15 @@
 //! core's cache, where a shard per connection was in the other core's
 //! cache about half the time (tokio moves tasks between threads). A thread
 //! gets its shard at its first record into a recorder, the next one in
-//! turn. A shard records each latency once,
-//! by kind; the histogram of every request is the kinds merged when the run
-//! is reported. With `--interval`, each shard also keeps a histogram of the
-//! current interval, recorded under the same lock, which the interval task
-//! takes and resets with [`Recorder::take_interval`]; a latency lands in the
-//! interval in which its reply was recorded. Counts a progress line needs
-//! live in [`Live`] (atomics, relaxed: they are only displayed). Each
-//! connection keeps its own [`Tally`] of measured outcomes and returns it
-//! when it ends.
+//! turn. A shard records each latency once, by kind; the histogram of every
+//! request is the kinds merged when the run is reported. With
+//! `--interval`, each shard also keeps a histogram of the current interval,
+//! recorded under the same lock, which the interval task takes and resets
+//! with [`Recorder::take_interval`]; a latency lands in the interval in
+//! which its reply was recorded. Counts a progress line needs live in
+//! [`Live`] (atomics, relaxed: they are only displayed). Each connection
+//! keeps its own [`Tally`] of measured outcomes and returns it when it
+//! ends.
 
 use crate::error::BenchError;
 use crate::limits::LATENCY_NS_MAX;
@@ -70,8 +70,8 @@ impl Latencies {
 }
 
 thread_local! {
-    /// The recorder this thread last recorded into (its [`Recorder::id`])
-    /// and the shard it was given there.
+    /// The recorder this thread last recorded into (its `id`) and the
+    /// shard it was given there.
     static SHARD: Cell<Option<(u64, usize)>> = const { Cell::new(None) };
 }
 
