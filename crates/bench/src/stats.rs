@@ -93,6 +93,9 @@ pub struct Recorder {
     shards: Vec<Mutex<Shard>>,
     /// Threads given a shard so far.
     threads: AtomicUsize,
+    /// With intervals, an empty interval histogram to swap into a shard
+    /// (see [`Recorder::take_interval`]); `None` without.
+    spare: Mutex<Option<Histogram<u64>>>,
 }
 
 impl Recorder {
@@ -113,10 +116,16 @@ impl Recorder {
                 }))
             })
             .collect::<Result<_, BenchError>>()?;
+        let spare = if intervals {
+            Some(touched_histogram()?)
+        } else {
+            None
+        };
         Ok(Recorder {
             id: RECORDERS.fetch_add(1, Ordering::Relaxed),
             shards,
             threads: AtomicUsize::new(0),
+            spare: Mutex::new(spare),
         })
     }
 
@@ -175,16 +184,31 @@ impl Recorder {
     /// every shard merged; each shard's interval histogram is reset as it is
     /// read, so every latency is returned by exactly one call. Empty when
     /// the recorder was made without intervals.
+    ///
+    /// Under a shard's lock its interval histogram is only swapped for an
+    /// empty one, so connections recording into it wait for a swap, not
+    /// for the merge and the reset of hundreds of kilobytes of counts; the
+    /// histogram taken out, once merged and reset, is the next shard's
+    /// empty one.
     pub fn take_interval(&self) -> Result<Histogram<u64>, BenchError> {
         let mut total = histogram()?;
+        // Held for the whole call: one taker at a time.
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         for shard in &self.shards {
+            let Some(empty) = spare.take() else {
+                break;
+            };
             let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(interval) = shard.interval.as_mut() {
-                total
-                    .add(&*interval)
-                    .map_err(|error| BenchError::Histogram(format!("{error:?}")))?;
-                interval.reset();
-            }
+            let Some(interval) = shard.interval.as_mut() else {
+                *spare = Some(empty);
+                break;
+            };
+            let mut taken = std::mem::replace(interval, empty);
+            drop(shard);
+            let merged = total.add(&taken);
+            taken.reset();
+            *spare = Some(taken);
+            merged.map_err(|error| BenchError::Histogram(format!("{error:?}")))?;
         }
         Ok(total)
     }
