@@ -30,10 +30,10 @@
 //! and never wait on another process.
 
 use crate::limits;
+use larder_engine::fs::try_lock_exclusive;
 use std::fs::File;
 use std::io::{Error, ErrorKind};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -111,21 +111,13 @@ impl SocketLockFile {
         let mut path = socket_path.as_os_str().to_owned();
         path.push(limits::UNIX_SOCKET_LOCK_FILE_SUFFIX);
         let path = PathBuf::from(path);
-        let said = |what: &str, error: Error| {
-            Error::new(
-                error.kind(),
-                format!("{what} lock file {}: {error}", path.display()),
-            )
-        };
+        let said = |what: &str, error: Error| lock_file_error(what, &path, error);
         for _ in 0..limits::UNIX_SOCKET_LOCK_ATTEMPTS_MAX {
             let Some(file) = open_or_create(&path, mode & 0o666)? else {
                 continue;
             };
             between_open_and_lock(&path);
-            // SAFETY: flock takes a valid open descriptor, owned by `file`,
-            // which outlives the call.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-                let error = Error::last_os_error();
+            if let Err(error) = try_lock_exclusive(&file) {
                 if error.kind() == ErrorKind::WouldBlock {
                     return Err(Error::new(
                         ErrorKind::AddrInUse,
@@ -174,6 +166,15 @@ impl Drop for SocketLockFile {
     }
 }
 
+/// `error` from doing `what` ("cannot lock") to the lock file at `path`,
+/// naming both.
+fn lock_file_error(what: &str, path: &Path, error: Error) -> Error {
+    Error::new(
+        error.kind(),
+        format!("{what} lock file {}: {error}", path.display()),
+    )
+}
+
 /// Opens the lock file at `path` for reading (`flock` needs no more, so a
 /// file another user's server left can be taken), or creates it with
 /// permission bits `mode` (whatever the umask) if there is none; `None` if
@@ -195,12 +196,7 @@ fn open_or_create(path: &Path, mode: u32) -> std::io::Result<Option<File>> {
     let file = match opened {
         Ok(file) => file,
         Err(error) if error.kind() == ErrorKind::NotFound => {
-            let cannot_create = |error: Error| {
-                Error::new(
-                    error.kind(),
-                    format!("cannot create lock file {}: {error}", path.display()),
-                )
-            };
+            let cannot_create = |error| lock_file_error("cannot create", path, error);
             return match std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -220,14 +216,11 @@ fn open_or_create(path: &Path, mode: u32) -> std::io::Result<Option<File>> {
         Err(error) if error.raw_os_error() == Some(libc::ELOOP) => {
             return Err(refused("is a symbolic link, not a lock file"))
         }
-        Err(error) => {
-            return Err(Error::new(
-                error.kind(),
-                format!("cannot open lock file {}: {error}", path.display()),
-            ))
-        }
+        Err(error) => return Err(lock_file_error("cannot open", path, error)),
     };
-    let metadata = file.metadata()?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| lock_file_error("cannot read", path, error))?;
     if !metadata.is_file() || metadata.len() > 0 {
         return Err(refused("is not an empty regular file, so not a lock file"));
     }

@@ -25,7 +25,6 @@ fn lock_path(path: &Path) -> PathBuf {
 /// Opens and locks `path` as another server would; the lock lasts as long
 /// as the file is open.
 fn hold_lock(path: &Path) -> std::fs::File {
-    use std::os::unix::io::AsRawFd;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -33,10 +32,7 @@ fn hold_lock(path: &Path) -> std::fs::File {
         .truncate(false)
         .open(path)
         .unwrap();
-    // SAFETY: flock takes a valid open descriptor, owned by `file`, which
-    // outlives the call.
-    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
+    larder_engine::fs::try_lock_exclusive(&file).unwrap();
     file
 }
 
@@ -197,6 +193,10 @@ fn a_second_server_on_the_path_of_a_running_one_fails_on_its_lock() {
                 lock_path(&path).display()
             )),
         "{message}"
+    );
+    assert!(
+        !dir.path().join("second").exists(),
+        "the lock is taken before the data directory is made"
     );
     // The first server still has its socket, and its lock file.
     client(&path).set("still", "here", 0).unwrap();

@@ -24,7 +24,7 @@ mod mem;
 mod os;
 
 pub use mem::{FaultKind, MemFs};
-pub use os::OsFs;
+pub use os::{try_lock_exclusive, OsFs};
 
 use std::any::Any;
 use std::io;

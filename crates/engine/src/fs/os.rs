@@ -340,14 +340,22 @@ impl Fs for OsFs {
             .create(true)
             .truncate(false)
             .open(path)?;
-        // SAFETY: flock takes a valid open descriptor, owned by `file`, which
-        // outlives the call.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        try_lock_exclusive(&file)?;
         Ok(Box::new(LockGuard(file)))
     }
+}
+
+/// Takes an exclusive `flock` on `file` without waiting; an error of kind
+/// `WouldBlock` when another open of the file holds it. The lock lasts until
+/// every descriptor of this open is closed; a process that dies lets it go.
+pub fn try_lock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: flock takes a valid open descriptor, owned by `file`, which
+    // outlives the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
