@@ -260,6 +260,28 @@ CASES: List[Case] = [
     # `u` reads without marking the item fetched.
     Case("mg_no_bump_leaves_the_hit_bit", [b"set {k} 0 0 1\r\nx\r\n", b"mg {k} u v\r\n", b"mg {k} h\r\n", b"mg {k} h\r\n"]),
     Case("ma_quiet_hides_the_value_too", [b"set {k} 0 0 1\r\n1\r\n", b"ma {k} q v\r\nma {k} q v t\r\nma {k} q\r\nmg {k} v\r\n"]),
+    # `ma` compares a CAS unique only when it is not 0.
+    Case("ma_zero_cas_is_not_compared", [b"set {k} 0 0 1\r\n5\r\n", b"ma {k} C0 v\r\n", b"ma {k} C1 v\r\n"]),
+    # A quiet `ma` answers the counter it created, and hides later successes.
+    Case("ma_quiet_answers_a_created_counter", [b"ma {k} q N0 J7 v\r\n", b"ma {k} q N0 J7 v\r\n", b"mg {k} v\r\n"]),
+    Case("ma_new_ttl_is_reported", [b"set {k} 0 100 1\r\n1\r\n", b"ma {k} T0 t v\r\n", b"mg {k} t v\r\n", b"ma {k}n N30 T0 t v\r\n"]),
+    # A counter rewritten in its length keeps its stale mark and win token;
+    # a longer one is a new item without them.
+    Case("incr_in_place_keeps_the_stale_mark", [b"set {k} 0 0 1\r\n1\r\n", b"md {k} I\r\n", b"incr {k} 1\r\n", b"mg {k} v\r\n", b"mg {k} v\r\n"]),
+    Case("incr_after_a_win_keeps_the_token_sent", [b"set {k} 0 0 1\r\n1\r\n", b"md {k} I\r\n", b"mg {k} v\r\n", b"incr {k} 1\r\n", b"mg {k} v\r\n"]),
+    Case("incr_that_grows_drops_the_stale_mark", [b"set {k} 0 0 1\r\n9\r\n", b"md {k} I\r\n", b"incr {k} 1\r\n", b"mg {k} v\r\n"]),
+    # Counters are read with strtoull: a '-' wraps unless the result is negative as signed.
+    Case(
+        "incr_negative_text_as_strtoull",
+        [
+            b"set {k}a 0 0 20\r\n-9223372036854775809\r\n", b"incr {k}a 1\r\n",
+            b"set {k}b 0 0 21\r\n-18446744073709551615\r\n", b"incr {k}b 1\r\n",
+            b"set {k}c 0 0 2\r\n-0\r\n", b"incr {k}c 1\r\n",
+            b"set {k}d 0 0 2\r\n-1\r\n", b"incr {k}d 1\r\n",
+        ],
+    ),
+    # `N` with a TTL already past creates an item no later read finds, and hands it to its creator.
+    Case("mg_vivify_with_a_past_ttl_still_wins", [b"mg {k} N-1 v\r\n", b"mg {k} v\r\n", b"mg {k} N-1 v c\r\n"]),
     Case("me_missing", [b"me {k}\r\n"]),
     Case(
         "me_existing",
@@ -536,6 +558,19 @@ def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_
     stored = ask(module_larder.address, request)
     value = b"v" * MB
     assert stored == b"STORED\r\nVALUE exactly_one_mib 0 %d\r\n" % MB + value + b"\r\nEND\r\n", stored[:200]
+
+
+def test_a_flush_delayed_one_second_acts_at_once_and_larder_keeps_the_writes_after_it(memcached, larder):
+    # memcached flushes what was stored up to the second before a delay ends,
+    # so `flush_all 1` empties the cache at once. (It also hides what is
+    # stored in the rest of that second; Larder keeps every write made after
+    # the flush took effect.) Servers of their own: the flush would reach
+    # other tests' keys.
+    for server in (memcached, larder):
+        reply = ask(server.address, b"set before 0 0 1\r\nx\r\nflush_all 1\r\nget before\r\n")
+        assert reply == b"STORED\r\nOK\r\nEND\r\n", (server, reply)
+    reply = ask(larder.address, b"set after 0 0 1\r\ny\r\nget after\r\n")
+    assert reply == b"STORED\r\nVALUE after 0 1\r\ny\r\nEND\r\n", reply
 
 
 def binary_request(opcode: int, key: bytes, opaque: int, extras: bytes = b"", value: bytes = b"") -> bytes:

@@ -207,7 +207,7 @@ impl Engine {
     /// ticket is [`Ticket::NONE`].
     pub fn get_with(&self, key: &[u8], options: ReadOptions) -> Result<(Option<Item>, Ticket)> {
         if options.touch.is_some() {
-            return self.inner.touch(key, options);
+            return self.inner.touch(key, options, true);
         }
         let mut take = |mut item: Item, value: Found<'_>| {
             item.value = value.into_bytes();
@@ -232,7 +232,7 @@ impl Engine {
         mut visit: impl FnMut(&Item, &[u8]) -> R,
     ) -> Result<(Option<R>, Ticket)> {
         if options.touch.is_some() {
-            let (item, ticket) = self.inner.touch(key, options)?;
+            let (item, ticket) = self.inner.touch(key, options, true)?;
             let visited = item.map(|mut item| {
                 let value = std::mem::take(&mut item.value);
                 visit(&item, &value)

@@ -90,6 +90,8 @@ pub enum ArithOutcome {
         /// then stores a new item rather than rewrite it in place, which
         /// counts in its `total_items`).
         grew: bool,
+        /// The item's absolute expiry after the operation, 0 = never.
+        exptime: u32,
     },
     /// There is no such item (and no initial value was given).
     NotFound,
@@ -111,6 +113,9 @@ pub struct Arith {
     /// On a miss, create the counter with this value and expiry instead of
     /// failing (meta `N`/`J`).
     pub initial: Option<(u64, crate::clock::Expiry)>,
+    /// On success, give the item this expiry in the same write (meta `T`),
+    /// a created one too; `None` keeps an existing item's expiry.
+    pub expiry: Option<crate::clock::Expiry>,
 }
 
 /// One write of a batch: all of a batch's writes are applied, or none.

@@ -10,7 +10,7 @@ use crate::clock::Expiry;
 use crate::engine::{Engine, Inner, ReadOptions};
 use crate::error::{Error, Result};
 use crate::item::{Arith, ArithOutcome, BatchOp, DeleteOutcome, Item, StoreMode, StoreOutcome};
-use crate::keydir::{Entry, Table, BIT_STALE, BIT_WIN_SENT};
+use crate::keydir::{Entry, Table, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT};
 use crate::log::Ticket;
 use crate::record::{self, Header, Kind, KEY_BYTES_MAX};
 use crate::segment::Segment;
@@ -60,39 +60,12 @@ fn check_value(value_len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Parses a counter the way memcached's `safe_strtoull` does: optional
-/// leading white space and sign, decimal digits, then white space or the end.
+/// The counter an item's value holds, read as memcached reads it: C's
+/// `strtoull` through memcached's `safe_strtoull`, on the value as a C
+/// string (up to a NUL byte, where memcached's parse stops too).
 fn parse_counter(value: &[u8]) -> Option<u64> {
-    let mut rest = value;
-    while let [first, tail @ ..] = rest {
-        if !first.is_ascii_whitespace() {
-            break;
-        }
-        rest = tail;
-    }
-    let negative = rest.first() == Some(&b'-');
-    if matches!(rest.first(), Some(b'-' | b'+')) {
-        rest = rest.get(1..).unwrap_or_default();
-    }
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
-    }
-    let mut number: u64 = 0;
-    for digit in rest.iter().take(digits) {
-        number = number
-            .checked_mul(10)?
-            .checked_add(u64::from(digit - b'0'))?;
-    }
-    match rest.get(digits) {
-        None => {}
-        Some(next) if next.is_ascii_whitespace() => {}
-        Some(_) => return None,
-    }
-    if negative && number != 0 {
-        return None;
-    }
-    Some(number)
+    let c_string = value.split(|&byte| byte == 0).next().unwrap_or_default();
+    larder_protocol::number::parse_u64(c_string)
 }
 
 /// The new counter bytes: memcached rewrites a shorter number in place,
@@ -271,8 +244,16 @@ impl Inner {
     }
 
     /// Get-and-touch: sets the expiry of a live item with a touch record
-    /// (the value is not rewritten) and returns the item.
-    pub fn touch(&self, key: &[u8], options: ReadOptions) -> Result<(Option<Item>, Ticket)> {
+    /// (the value is not rewritten) and returns the item, with its value
+    /// if `with_value` (read under the partition's write lock, from disk if
+    /// it is not cached: a plain touch, which needs none, does not wait for
+    /// that).
+    pub fn touch(
+        &self,
+        key: &[u8],
+        options: ReadOptions,
+        with_value: bool,
+    ) -> Result<(Option<Item>, Ticket)> {
         check_key(key)?;
         let expiry = options.touch.unwrap_or(Expiry::Never);
         self.log.check_writable()?;
@@ -304,7 +285,9 @@ impl Inner {
         self.keydir.note_expiry(hash, expiry.stored());
         let mut item = self.describe(entry, now, options);
         item.exptime = entry.exptime();
-        item.value = bytes::Bytes::from(self.current_value(entry)?);
+        if with_value {
+            item.value = bytes::Bytes::from(self.current_value(entry)?);
+        }
         Ok((Some(item), ticket))
     }
 }
@@ -466,14 +449,17 @@ impl Engine {
             touch: Some(expiry),
             ..ReadOptions::default()
         };
-        let (item, ticket) = self.inner.touch(key, options)?;
+        let (item, ticket) = self.inner.touch(key, options, false)?;
         Ok((item.is_some(), ticket))
     }
 
     /// Creates an empty item if the key has no live one, marking the caller
     /// as the client that should fill it (the meta protocol's `N` flag).
-    /// Returns whether it created the item.
-    pub fn vivify(&self, key: &[u8], expiry: Expiry) -> Result<(bool, Ticket)> {
+    /// Returns the item it created, offered the win, as it was created: an
+    /// expiry already past (memcached's `N-1`) makes one that no later read
+    /// finds, and it is still the creator's to fill. `None` when the key
+    /// has a live item.
+    pub fn vivify(&self, key: &[u8], expiry: Expiry) -> Result<(Option<Item>, Ticket)> {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
@@ -483,18 +469,34 @@ impl Engine {
         let mut table = inner.keydir.partition_at(index).write();
         let found = crate::keydir::find(&table, hash, key);
         if inner.live(found, now).is_some() {
-            return Ok((false, inner.seen(index, found)));
+            return Ok((None, inner.seen(index, found)));
         }
-        let (_, ticket) = inner.put(&mut table, hash, key, &[], 0, expiry.stored(), false)?;
+        let exptime = expiry.stored();
+        let (cas, ticket) = inner.put(&mut table, hash, key, &[], 0, exptime, false)?;
         if let Some(entry) = crate::keydir::find(&table, hash, key) {
             entry.bits().fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
         }
-        Ok((true, ticket))
+        let item = Item {
+            value: bytes::Bytes::new(),
+            flags: 0,
+            exptime,
+            cas,
+            last_access: now,
+            fetched_before: false,
+            stale: false,
+            win: true,
+            win_already_sent: false,
+        };
+        Ok((Some(item), ticket))
     }
 
     /// Increments or decrements a decimal counter as memcached does: 64-bit
     /// unsigned, incr wraps, decr stops at 0; a shorter result is padded
-    /// with spaces to the old length. Flags and expiry are kept.
+    /// with spaces to the old length. Flags are kept, and the expiry unless
+    /// [`Arith::expiry`] gives one. A result that fits the old length keeps
+    /// the item's stale mark, whether a client was offered the win and
+    /// whether it was read, as memcached's rewrite in place does; a longer
+    /// one is a new item without them, as memcached's is.
     pub fn arith(&self, key: &[u8], arith: Arith) -> Result<(ArithOutcome, Ticket)> {
         let inner = &*self.inner;
         check_key(key)?;
@@ -510,21 +512,16 @@ impl Engine {
                 return Ok((ArithOutcome::NotFound, seen()));
             };
             let text = initial.to_string();
-            let (cas, ticket) = inner.put(
-                &mut table,
-                hash,
-                key,
-                text.as_bytes(),
-                0,
-                expiry.stored(),
-                false,
-            )?;
+            let exptime = arith.expiry.unwrap_or(expiry).stored();
+            let (cas, ticket) =
+                inner.put(&mut table, hash, key, text.as_bytes(), 0, exptime, false)?;
             return Ok((
                 ArithOutcome::Value {
                     value: initial,
                     cas,
                     created: true,
                     grew: false,
+                    exptime,
                 },
                 ticket,
             ));
@@ -542,13 +539,27 @@ impl Engine {
             number.saturating_sub(arith.delta)
         };
         let text = format_counter(number, old.len());
-        let (flags, exptime) = (entry.flags(), entry.exptime());
-        let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, false)?;
+        let grew = text.len() > old.len();
+        let kept_bits = if grew {
+            0
+        } else {
+            entry.bits().load(Ordering::Relaxed) & (BIT_WIN_SENT | BIT_FETCHED)
+        };
+        let stale = !grew && entry.has(BIT_STALE);
+        let flags = entry.flags();
+        let exptime = arith.expiry.map_or(entry.exptime(), Expiry::stored);
+        let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, stale)?;
+        if kept_bits != 0 {
+            if let Some(entry) = crate::keydir::find(&table, hash, key) {
+                entry.bits().fetch_or(kept_bits, Ordering::Relaxed);
+            }
+        }
         let outcome = ArithOutcome::Value {
             value: number,
             cas,
             created: false,
-            grew: text.len() > old.len(),
+            grew,
+            exptime,
         };
         Ok((outcome, ticket))
     }
@@ -703,6 +714,18 @@ mod tests {
         assert_eq!(parse_counter(b""), None);
         assert_eq!(parse_counter(b"-1"), None);
         assert_eq!(parse_counter(b"abc"), None);
+        // strtoull negates what it read, and memcached refuses a '-' only
+        // when the result is negative as a signed number.
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(
+            parse_counter(b"-9223372036854775809"),
+            Some(9_223_372_036_854_775_807)
+        );
+        assert_eq!(parse_counter(b"-18446744073709551615"), Some(1));
+        // C's white space includes the vertical tab; the parse stops at a NUL.
+        assert_eq!(parse_counter(b"\x0b5\x0b"), Some(5));
+        assert_eq!(parse_counter(b"12\0junk"), Some(12));
+        assert_eq!(parse_counter(b"\x0012"), None);
     }
 
     #[test]

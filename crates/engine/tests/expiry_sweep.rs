@@ -137,6 +137,7 @@ fn give_expiry(engine: &Engine, clock: &Clock, write: Write) {
                 delta: 1,
                 cas: None,
                 initial: Some((5, expiry(clock))),
+                expiry: None,
             };
             engine.arith(b"k", arith).unwrap().1
         }

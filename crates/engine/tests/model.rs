@@ -357,6 +357,7 @@ impl Harness {
             delta,
             cas: None,
             initial: None,
+            expiry: None,
         };
         let (outcome, ticket) = self.engine().arith(key, arith).unwrap();
         self.engine().commit(ticket).unwrap();

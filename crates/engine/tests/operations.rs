@@ -137,6 +137,7 @@ fn counters_wrap_on_incr_and_stop_at_zero_on_decr() {
         delta,
         cas: None,
         initial: None,
+        expiry: None,
     };
     assert_eq!(
         engine.arith(b"n", arith(true, 1)).unwrap().0,
@@ -292,6 +293,125 @@ fn invalidated_items_are_stale_and_offer_one_win() {
 }
 
 #[test]
+fn a_counter_rewritten_in_its_length_keeps_its_stale_mark_and_win_and_a_longer_one_does_not() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let incr = Arith {
+        incr: true,
+        delta: 1,
+        cas: None,
+        initial: None,
+        expiry: None,
+    };
+    let claim = ReadOptions {
+        claim_win: true,
+        ..ReadOptions::default()
+    };
+    for (start, grows) in [(&b"1"[..], false), (&b"9"[..], true)] {
+        set(&engine, b"n", start);
+        let (_, ticket) = engine.invalidate(b"n", None, None).unwrap();
+        engine.commit(ticket).unwrap();
+        let (won, _) = engine.get_with(b"n", claim).unwrap();
+        assert!(won.unwrap().win);
+        let (outcome, _) = engine.arith(b"n", incr).unwrap();
+        assert!(matches!(outcome, ArithOutcome::Value { grew, .. } if grew == grows));
+        let (after, _) = engine.get_with(b"n", claim).unwrap();
+        let after = after.unwrap();
+        // memcached rewrites a counter that fits in place, marks and all; a
+        // longer one is a new item.
+        assert_eq!(after.stale, !grows, "from {start:?}");
+        assert_eq!(after.win_already_sent, !grows, "from {start:?}");
+        assert!(!after.win, "from {start:?}");
+    }
+}
+
+#[test]
+fn a_counter_takes_a_new_expiry_in_the_same_write_and_reports_it() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let now = Clock::system().now();
+    let with_expiry = |initial, expiry| Arith {
+        incr: true,
+        delta: 1,
+        cas: None,
+        initial,
+        expiry,
+    };
+    set(&engine, b"n", b"5");
+    let (outcome, _) = engine
+        .arith(b"n", with_expiry(None, Some(Expiry::At(now + 50))))
+        .unwrap();
+    assert!(matches!(
+        outcome,
+        ArithOutcome::Value { value: 6, exptime, .. } if exptime == now + 50
+    ));
+    assert_eq!(engine.get(b"n").unwrap().unwrap().exptime, now + 50);
+    // Without one the expiry is kept.
+    let (outcome, _) = engine.arith(b"n", with_expiry(None, None)).unwrap();
+    assert!(matches!(outcome, ArithOutcome::Value { exptime, .. } if exptime == now + 50));
+    // A created counter takes the new expiry over its creation's.
+    let created = Some((7, Expiry::At(now + 30)));
+    let (outcome, _) = engine
+        .arith(b"c", with_expiry(created, Some(Expiry::Never)))
+        .unwrap();
+    assert!(matches!(
+        outcome,
+        ArithOutcome::Value {
+            value: 7,
+            created: true,
+            exptime: 0,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn counters_read_negative_text_as_strtoull_does() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let incr = Arith {
+        incr: true,
+        delta: 1,
+        cas: None,
+        initial: None,
+        expiry: None,
+    };
+    for (text, after) in [
+        (&b"-0"[..], Some(1)),
+        (b"-9223372036854775809", Some(9_223_372_036_854_775_808)),
+        (b"-18446744073709551615", Some(2)),
+        (b"-1", None),
+        (b"12\0x", Some(13)),
+    ] {
+        set(&engine, b"n", text);
+        let (outcome, _) = engine.arith(b"n", incr).unwrap();
+        match after {
+            Some(number) => assert!(
+                matches!(outcome, ArithOutcome::Value { value, .. } if value == number),
+                "{text:?}: {outcome:?}"
+            ),
+            None => assert_eq!(outcome, ArithOutcome::NonNumeric, "{text:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_vivified_item_already_expired_is_still_handed_to_its_creator() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    let (created, _) = engine.vivify(b"v", Expiry::Immediately).unwrap();
+    let created = created.unwrap();
+    assert!(created.win && !created.win_already_sent && created.value.is_empty());
+    assert_eq!(engine.get(b"v").unwrap(), None);
+    let (again, _) = engine.vivify(b"v", Expiry::Immediately).unwrap();
+    assert!(again.unwrap().win);
+    let (live, _) = engine.vivify(b"w", Expiry::Never).unwrap();
+    assert!(live.is_some());
+    let (existing, _) = engine.vivify(b"w", Expiry::Never).unwrap();
+    assert!(existing.is_none());
+}
+
+#[test]
 fn a_visiting_read_sees_what_get_returns_from_memory_and_from_the_files() {
     // A value held in memory since its write; then, after a reopen with no
     // memory for values, one read from its segment file every time.
@@ -394,6 +514,7 @@ fn items_found_expired_or_flushed_are_counted_once_each_as_memcached_counts_them
         delta: 1,
         cas: None,
         initial: None,
+        expiry: None,
     };
     let (outcome, _) = engine.arith(b"d", incr).unwrap();
     assert_eq!(outcome, ArithOutcome::NotFound);

@@ -56,6 +56,7 @@ fn incr() -> Arith {
         delta: 1,
         cas: None,
         initial: None,
+        expiry: None,
     }
 }
 
@@ -143,7 +144,7 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
     assert_eq!(outcome, DeleteOutcome::Exists);
     covers(ticket, put);
     let (created, ticket) = engine.vivify(b"new", Expiry::Never).unwrap();
-    assert!(!created);
+    assert!(created.is_none());
     covers(ticket, put);
     let put = store_unsynced(&engine, StoreMode::Set, b"text", b"not a number");
     let (outcome, ticket) = engine.arith(b"text", incr()).unwrap();

@@ -56,7 +56,7 @@ pub mod binary;
 pub mod error;
 pub mod limits;
 mod line;
-mod number;
+pub mod number;
 mod parse;
 pub mod reply;
 pub mod request;

@@ -67,7 +67,7 @@ fn scan(token: &[u8]) -> Option<Scanned> {
 }
 
 /// memcached's `safe_strtoull`: an unsigned 64-bit number.
-pub(crate) fn parse_u64(token: &[u8]) -> Option<u64> {
+pub fn parse_u64(token: &[u8]) -> Option<u64> {
     let scanned = scan(token)?;
     let magnitude = scanned.magnitude?;
     let value = if scanned.negative {

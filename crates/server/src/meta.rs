@@ -21,18 +21,23 @@ impl Session {
     /// What an item tells the return flags.
     fn item_info(&self, item: &Item) -> ItemInfo {
         let now = self.now();
-        let ttl_secs = if item.exptime == 0 {
-            -1
-        } else {
-            i64::from(item.exptime.saturating_sub(now))
-        };
         ItemInfo {
             cas: Some(item.cas),
             client_flags: Some(item.flags),
             size: Some(item.value.len() as u64),
-            ttl_secs: Some(ttl_secs),
+            ttl_secs: Some(self.ttl_secs(item.exptime)),
             hit_before: Some(item.fetched_before),
             last_access_secs: Some(u64::from(now.saturating_sub(item.last_access))),
+        }
+    }
+
+    /// The seconds an item with absolute expiry `exptime` has left, as the
+    /// `t` flag gives them: -1 for never, 0 once past.
+    fn ttl_secs(&self, exptime: u32) -> i64 {
+        if exptime == 0 {
+            -1
+        } else {
+            i64::from(exptime.saturating_sub(self.now()))
         }
     }
 
@@ -159,22 +164,16 @@ impl Session {
     ) -> Result<(Option<Item>, Ticket), larder_engine::Error> {
         let expiry = self.expiry(ttl);
         let (created, ticket) = self.engine().vivify(key, expiry)?;
-        if created {
+        if let Some(item) = created {
             self.counts.total_items.add(1);
+            return Ok((Some(item), ticket));
         }
+        // Another client made it since this one missed: read it as any hit.
         let options = ReadOptions {
-            claim_win: !created,
+            claim_win: true,
             ..ReadOptions::default()
         };
         let (item, seen) = self.engine().get_with(key, options)?;
-        let item = item.map(|mut item| {
-            if created {
-                item.win = true;
-                item.win_already_sent = false;
-                item.fetched_before = false;
-            }
-            item
-        });
         Ok((item, ticket.max(seen)))
     }
 
@@ -256,10 +255,12 @@ impl Session {
         let request = Arith {
             incr,
             delta: arith.delta,
-            cas: flags.compare_cas,
+            // memcached's `ma` compares a CAS unique only when it is not 0.
+            cas: flags.compare_cas.filter(|&cas| cas != 0),
             initial: flags
                 .vivify_ttl
                 .map(|ttl| (flags.initial.unwrap_or(0), self.expiry(ttl))),
+            expiry: flags.ttl.map(|ttl| self.expiry(ttl)),
         };
         let (outcome, ticket) = match self.engine().arith(key, request) {
             Ok(done) => done,
@@ -269,9 +270,13 @@ impl Session {
         self.count_arith(outcome, incr);
         let start = self.output.len();
         match outcome {
-            ArithOutcome::Value { value, cas, .. } => {
-                return self.meta_arith_value(arith, key, value, cas)
-            }
+            ArithOutcome::Value {
+                value,
+                cas,
+                created,
+                exptime,
+                ..
+            } => return self.meta_arith_value(arith, value, cas, created, exptime),
             ArithOutcome::NotFound => {
                 self.meta_status(MetaStatus::NotFound, &arith.key, flags, None)
             }
@@ -282,17 +287,21 @@ impl Session {
         self.ack_seen(start, ticket);
     }
 
-    fn meta_arith_value(&mut self, arith: &MetaArithmetic<'_>, key: &[u8], value: u64, cas: u64) {
+    /// The reply to an `ma` that changed or created the counter: `t` gives
+    /// the expiry after the operation (its `T` included, whatever the order
+    /// of the flags).
+    fn meta_arith_value(
+        &mut self,
+        arith: &MetaArithmetic<'_>,
+        value: u64,
+        cas: u64,
+        created: bool,
+        exptime: u32,
+    ) {
         let flags = &arith.flags;
-        if let Some(ttl) = flags.ttl {
-            let expiry = self.expiry(ttl);
-            match self.engine().touch(key, expiry) {
-                Ok((_, ticket)) => self.wrote(ticket),
-                Err(error) => return self.engine_error(&error),
-            }
-        }
-        // memcached hides every success of a quiet `ma`, its value too.
-        if flags.quiet {
+        // As memcached, a quiet `ma` hides a success on an existing item,
+        // its value too, but answers one that created the counter.
+        if flags.quiet && !created {
             return self.ack_quietly();
         }
         let mut info = ItemInfo {
@@ -300,10 +309,7 @@ impl Session {
             ..ItemInfo::default()
         };
         if flags.return_ttl {
-            if let Ok((Some(item), seen)) = self.engine().get_with(key, ReadOptions::default()) {
-                self.wrote(seen);
-                info.ttl_secs = self.item_info(&item).ttl_secs;
-            }
+            info.ttl_secs = Some(self.ttl_secs(exptime));
         }
         let text = value.to_string();
         let start = self.output.len();

@@ -318,8 +318,13 @@ mod tests {
             b"ms a 1 q\r\nx\r\nmn\r\nms b 1\r\ny\r\nmd b q\r\nma n q N0\r\n\
               ma n q v\r\nmg zz q v\r\nset s 0 0 1\r\nz\r\nmn\r\n",
         );
-        // Every success is hidden but `ms b`'s `HD` and `set`'s `STORED`.
-        assert_eq!(session.output.as_ref(), b"MN\r\nHD\r\nSTORED\r\nMN\r\n");
+        // Every success is hidden but `ms b`'s `HD`, the `HD` of the `ma`
+        // that created its counter (memcached answers that one) and `set`'s
+        // `STORED`.
+        assert_eq!(
+            session.output.as_ref(),
+            b"MN\r\nHD\r\nHD\r\nSTORED\r\nMN\r\n"
+        );
         fs.inject(FaultKind::EioOnSync);
         let error = session.engine().commit(session.ticket).unwrap_err();
         session.fail_acks(&error);

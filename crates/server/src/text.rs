@@ -170,6 +170,7 @@ impl Session {
             delta: arith.delta,
             cas: None,
             initial: None,
+            expiry: None,
         };
         let outcome = match self.engine().arith(arith.key, request) {
             Ok((outcome, ticket)) => {
@@ -221,13 +222,7 @@ impl Session {
     /// flush_all [delay].
     pub(crate) fn flush_all(&mut self, flush: &FlushAll) {
         self.counts.cmd_flush.add(1);
-        let delay_secs = match flush.delay {
-            Some(delay) if delay > 0 => match self.expiry(delay) {
-                larder_engine::Expiry::At(at) => at.saturating_sub(self.now()),
-                _ => 0,
-            },
-            _ => 0,
-        };
+        let delay_secs = flush_delay_secs(flush.delay, self.now());
         match self.engine().flush_all(delay_secs) {
             Ok(ticket) => self.wrote(ticket),
             Err(error) => return self.engine_error(&error),
@@ -271,5 +266,44 @@ impl Session {
             }
         }
         reply::write_reply(&mut self.output, Reply::End);
+    }
+}
+
+/// The seconds from `now` until a `flush_all` with `delay` (relative
+/// seconds, or a unix time past 30 days, as an exptime) takes effect, 0 for
+/// at once. memcached flushes what was stored up to and including the second
+/// before the delay ends (its `oldest_live` is that second minus one), so
+/// `flush_all 1` acts at once and `flush_all 2` at the next second's turn:
+/// one second less than the delay.
+fn flush_delay_secs(delay: Option<i32>, now: u32) -> u32 {
+    match delay {
+        Some(delay) if delay > 0 => {
+            match larder_engine::Expiry::from_memcached(delay.into(), now) {
+                larder_engine::Expiry::At(at) => at.saturating_sub(now).saturating_sub(1),
+                _ => 0,
+            }
+        }
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flush_delay_secs;
+
+    #[test]
+    fn a_flush_delay_takes_effect_a_second_sooner_as_in_memcached() {
+        let now = 1_800_000_000;
+        assert_eq!(flush_delay_secs(None, now), 0);
+        assert_eq!(flush_delay_secs(Some(0), now), 0);
+        assert_eq!(flush_delay_secs(Some(-5), now), 0);
+        assert_eq!(flush_delay_secs(Some(1), now), 0);
+        assert_eq!(flush_delay_secs(Some(2), now), 1);
+        assert_eq!(flush_delay_secs(Some(60), now), 59);
+        // A unix time: seconds until it, less one; one already past is now.
+        let at = i32::try_from(now + 10).unwrap();
+        assert_eq!(flush_delay_secs(Some(at), now), 9);
+        let past = i32::try_from(now - 10).unwrap();
+        assert_eq!(flush_delay_secs(Some(past), now), 0);
     }
 }
