@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{config, open, set, value};
+use common::{config, incr_by_one, open, set, value};
 use larder_engine::fs::MemFs;
 use larder_engine::{
     Arith, ArithOutcome, BatchOp, Clock, DeleteOutcome, Durability, Expiry, ReadOptions, StoreMode,
@@ -296,13 +296,7 @@ fn invalidated_items_are_stale_and_offer_one_win() {
 fn a_counter_rewritten_in_its_length_keeps_its_stale_mark_and_win_and_a_longer_one_does_not() {
     let fs = MemFs::new();
     let engine = open(&fs, &config(Durability::None), &Clock::system());
-    let incr = Arith {
-        incr: true,
-        delta: 1,
-        cas: None,
-        initial: None,
-        expiry: None,
-    };
+    let incr = incr_by_one();
     let claim = ReadOptions {
         claim_win: true,
         ..ReadOptions::default()
@@ -369,13 +363,7 @@ fn a_counter_takes_a_new_expiry_in_the_same_write_and_reports_it() {
 fn counters_read_negative_text_as_strtoull_does() {
     let fs = MemFs::new();
     let engine = open(&fs, &config(Durability::None), &Clock::system());
-    let incr = Arith {
-        incr: true,
-        delta: 1,
-        cas: None,
-        initial: None,
-        expiry: None,
-    };
+    let incr = incr_by_one();
     for (text, after) in [
         (&b"-0"[..], Some(1)),
         (b"-9223372036854775809", Some(9_223_372_036_854_775_808)),
@@ -509,13 +497,7 @@ fn items_found_expired_or_flushed_are_counted_once_each_as_memcached_counts_them
 
     set(&engine, b"d", b"1");
     let _ = engine.flush_all(0).unwrap();
-    let incr = Arith {
-        incr: true,
-        delta: 1,
-        cas: None,
-        initial: None,
-        expiry: None,
-    };
+    let incr = incr_by_one();
     let (outcome, _) = engine.arith(b"d", incr).unwrap();
     assert_eq!(outcome, ArithOutcome::NotFound);
     assert_eq!(engine.get(b"d").unwrap(), None);

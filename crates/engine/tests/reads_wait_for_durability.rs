@@ -12,10 +12,10 @@
 
 mod common;
 
-use common::{config, open, set, value};
+use common::{config, incr_by_one, open, set, value};
 use larder_engine::fs::MemFs;
 use larder_engine::{
-    Arith, ArithOutcome, Clock, DeleteOutcome, Durability, Engine, Expiry, ReadOptions, StoreMode,
+    ArithOutcome, Clock, DeleteOutcome, Durability, Engine, Expiry, ReadOptions, StoreMode,
     StoreOutcome, Ticket,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,17 +47,6 @@ fn covers(ticket: Ticket, write: Ticket) {
         "an answer that saw an unsynced write does not wait for it"
     );
     assert!(ticket >= write, "{ticket:?} does not cover {write:?}");
-}
-
-/// `incr` by one, without initial value.
-fn incr() -> Arith {
-    Arith {
-        incr: true,
-        delta: 1,
-        cas: None,
-        initial: None,
-        expiry: None,
-    }
 }
 
 #[test]
@@ -115,7 +104,7 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
     covers(missing(StoreMode::Replace), delete);
     covers(missing(StoreMode::Append), delete);
     covers(missing(StoreMode::Cas(1)), delete);
-    let (outcome, ticket) = engine.arith(b"gone", incr()).unwrap();
+    let (outcome, ticket) = engine.arith(b"gone", incr_by_one()).unwrap();
     assert_eq!(outcome, ArithOutcome::NotFound);
     covers(ticket, delete);
     let (touched, ticket) = engine.touch(b"gone", Expiry::Never).unwrap();
@@ -147,7 +136,7 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
     assert!(created.is_none());
     covers(ticket, put);
     let put = store_unsynced(&engine, StoreMode::Set, b"text", b"not a number");
-    let (outcome, ticket) = engine.arith(b"text", incr()).unwrap();
+    let (outcome, ticket) = engine.arith(b"text", incr_by_one()).unwrap();
     assert_eq!(outcome, ArithOutcome::NonNumeric);
     covers(ticket, put);
 

@@ -3,7 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use larder_engine::fs::MemFs;
-use larder_engine::{Clock, Config, Durability, Engine, Expiry, StoreMode, StoreOutcome};
+use larder_engine::{Arith, Clock, Config, Durability, Engine, Expiry, StoreMode, StoreOutcome};
 use std::sync::Arc;
 
 /// A config on an in-memory directory with background threads off, so a
@@ -120,4 +120,15 @@ pub fn threads_named(name: &str) -> Vec<libc::pid_t> {
             (comm.trim_end() == name).then(|| task.file_name().to_str()?.parse().ok())?
         })
         .collect()
+}
+
+/// `incr` by one: no CAS to compare, no counter created, the expiry kept.
+pub fn incr_by_one() -> Arith {
+    Arith {
+        incr: true,
+        delta: 1,
+        cas: None,
+        initial: None,
+        expiry: None,
+    }
 }
