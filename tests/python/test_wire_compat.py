@@ -282,6 +282,37 @@ CASES: List[Case] = [
     ),
     # `N` with a TTL already past creates an item no later read finds, and hands it to its creator.
     Case("mg_vivify_with_a_past_ttl_still_wins", [b"mg {k} N-1 v\r\n", b"mg {k} v\r\n", b"mg {k} N-1 v c\r\n"]),
+    # A CAS unique makes a replace a `cas`, and an append or a prepend compares one that is not 0.
+    Case(
+        "ms_modes_with_compare_cas",
+        [
+            b"ms {k} 1 c\r\nx\r\n",
+            b"ms {k} 1 MR C{cas} c\r\ny\r\n",
+            b"ms {k} 1 MR C1 c\r\nn\r\n",
+            b"ms {k} 1 MA C1 c\r\nn\r\n",
+            b"ms {k} 1 MA C0\r\nz\r\n",
+            b"mg {k} v c\r\n",
+            b"ms {k} 1 MP C{cas} c\r\nw\r\n",
+            b"ms {k} 1 MP C1\r\nn\r\n",
+            b"ms {k} 1 ME C1 c\r\nn\r\n",
+            b"mg {k} v\r\n",
+        ],
+    ),
+    Case(
+        "ms_compare_cas_on_a_missing_key",
+        [b"ms {k}a 1 MR C1 c\r\ny\r\n", b"ms {k}b 1 MA C1 c\r\ny\r\n", b"ms {k}c 1 MP C0 c\r\ny\r\n", b"ms {k}d 1 C5 c\r\ny\r\n"],
+    ),
+    Case("ms_replace_invalidating_with_an_old_cas", [b"ms {k} 1 c\r\nx\r\n", b"ms {k} 1 c\r\ny\r\n", b"ms {k} 1 MR I C1\r\nz\r\n", b"mg {k} v\r\n"]),
+    # `gat`/`gats` take many keys on a line longer than 2048 bytes, as `get` does.
+    Case(
+        "gat_and_gats_with_300_keys",
+        [
+            b"set {k}5 0 0 1\r\nx\r\n",
+            b"gat 100 " + b" ".join(b"{k}%d" % i for i in range(300)) + b"\r\n",
+            b"gats 100 " + b" ".join(b"{k}%d" % i for i in range(300)) + b"\r\n",
+        ],
+    ),
+    Case("stats_sizes", [b"stats sizes\r\n"]),
     Case("me_missing", [b"me {k}\r\n"]),
     Case(
         "me_existing",
@@ -558,6 +589,24 @@ def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_
     stored = ask(module_larder.address, request)
     value = b"v" * MB
     assert stored == b"STORED\r\nVALUE exactly_one_mib 0 %d\r\n" % MB + value + b"\r\nEND\r\n", stored[:200]
+
+
+def test_me_looks_without_marking_the_item_fetched(module_memcached, module_larder):
+    # `me`'s own line differs (memcached's slab internals); what follows it must not.
+    for server in (module_memcached, module_larder):
+        reply = ask(server.address, b"ms me_no_bump 1\r\nx\r\nme me_no_bump\r\nmg me_no_bump h\r\nmg me_no_bump h\r\n")
+        assert reply.startswith(b"HD\r\nME me_no_bump "), (server, reply)
+        assert reply.endswith(b"\r\nHD h0\r\nHD h1\r\n"), (server, reply)
+
+
+def test_verbosity_is_kept_at_most_two_as_memcached_keeps_it(module_memcached, module_larder):
+    for server in (module_memcached, module_larder):
+        try:
+            settings = ask(server.address, b"verbosity 5\r\nstats settings\r\n")
+        finally:
+            ask(server.address, b"verbosity 0\r\n")
+        assert settings.startswith(b"OK\r\n"), (server, settings[:100])
+        assert b"STAT verbosity 2\r\n" in settings, (server, settings)
 
 
 def test_a_flush_delayed_one_second_acts_at_once_and_larder_keeps_the_writes_after_it(memcached, larder):

@@ -45,6 +45,12 @@ pub enum StoreMode {
     /// marked stale instead of failing (the meta protocol's `ms … I C<cas>`:
     /// a late writer's value is kept, flagged for recaching).
     CasOrStale(u64),
+    /// As `Append`, only if the live item's CAS unique equals this one (the
+    /// meta protocol's `ms … MA C<cas>`).
+    AppendIfCas(u64),
+    /// As `Prepend`, only if the live item's CAS unique equals this one
+    /// (`ms … MP C<cas>`).
+    PrependIfCas(u64),
 }
 
 /// What a store did.

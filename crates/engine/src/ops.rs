@@ -328,6 +328,18 @@ impl Engine {
             (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas(),
             _ => false,
         };
+        let (mode, current) = match (mode, current) {
+            (StoreMode::AppendIfCas(_) | StoreMode::PrependIfCas(_), None) => {
+                return Ok((StoreOutcome::NotStored, seen()))
+            }
+            (
+                StoreMode::Cas(cas) | StoreMode::AppendIfCas(cas) | StoreMode::PrependIfCas(cas),
+                Some(entry),
+            ) if entry.cas() != cas => return Ok((StoreOutcome::Exists, seen())),
+            (StoreMode::AppendIfCas(_), current) => (StoreMode::Append, current),
+            (StoreMode::PrependIfCas(_), current) => (StoreMode::Prepend, current),
+            other => other,
+        };
         let (value, flags, exptime) = match (mode, current) {
             (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, seen())),
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
@@ -335,9 +347,6 @@ impl Engine {
             }
             (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
                 return Ok((StoreOutcome::NotFound, seen()))
-            }
-            (StoreMode::Cas(cas), Some(entry)) if entry.cas() != cas => {
-                return Ok((StoreOutcome::Exists, seen()))
             }
             (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => {
                 return Ok((StoreOutcome::Exists, seen()))

@@ -129,6 +129,35 @@ fn delete_removes_and_honours_cas() {
 }
 
 #[test]
+fn append_and_prepend_with_a_cas_unique_store_only_on_a_match() {
+    let fs = MemFs::new();
+    let engine = open(&fs, &config(Durability::None), &Clock::system());
+    assert_eq!(
+        store(&engine, StoreMode::AppendIfCas(1), b"k", b"x"),
+        StoreOutcome::NotStored
+    );
+    let cas = set(&engine, b"k", b"mid");
+    assert_eq!(
+        store(&engine, StoreMode::AppendIfCas(cas + 1), b"k", b"x"),
+        StoreOutcome::Exists
+    );
+    assert_eq!(
+        store(&engine, StoreMode::PrependIfCas(cas + 1), b"k", b"x"),
+        StoreOutcome::Exists
+    );
+    assert_eq!(value(&engine, b"k").unwrap(), b"mid");
+    let StoreOutcome::Stored { cas } = store(&engine, StoreMode::AppendIfCas(cas), b"k", b">")
+    else {
+        panic!("append with the item's CAS unique must store");
+    };
+    assert!(matches!(
+        store(&engine, StoreMode::PrependIfCas(cas), b"k", b"<"),
+        StoreOutcome::Stored { .. }
+    ));
+    assert_eq!(value(&engine, b"k").unwrap(), b"<mid>");
+}
+
+#[test]
 fn counters_wrap_on_incr_and_stop_at_zero_on_decr() {
     let fs = MemFs::new();
     let engine = open(&fs, &config(Durability::None), &Clock::system());

@@ -30,12 +30,17 @@ pub(crate) enum Scan<'a> {
 }
 
 /// memcached lets an over-long line continue only if it is a `get`/`gets`
-/// after at most 100 spaces.
+/// after at most 100 spaces. `gat`/`gats` take keys as `get` does, and
+/// memcached serves a long one whole when it arrives in one read (its read
+/// buffer holds 16 KiB), which over loopback is how a client's one write
+/// arrives: Larder lets them grow as `get` lines do, whatever the reads.
 fn is_multiget(buf: &[u8]) -> bool {
     let spaces = buf.iter().take_while(|&&b| b == b' ').count();
     let rest = buf.get(spaces..).unwrap_or(&[]);
     spaces <= MULTIGET_LEADING_SPACES_MAX
-        && (rest.starts_with(b"get ") || rest.starts_with(b"gets "))
+        && [&b"get "[..], b"gets ", b"gat ", b"gats "]
+            .iter()
+            .any(|command| rest.starts_with(command))
 }
 
 /// Finds the first command line in `buf`.
@@ -203,11 +208,19 @@ mod tests {
 
     #[test]
     fn multiget_lines_may_grow_past_the_line_limit() {
-        let mut long = b"get ".to_vec();
-        long.resize(5000, b'k');
-        assert!(matches!(scan(&long, &Limits::DEFAULT), Scan::Incomplete));
-        long.extend_from_slice(b"\r\n");
-        assert_eq!(line(&long).map(|(_, bytes)| bytes), Some(5002));
+        for command in [&b"get "[..], b"gets ", b"gat 10 ", b"gats 10 "] {
+            let mut long = command.to_vec();
+            long.resize(5000, b'k');
+            assert!(matches!(scan(&long, &Limits::DEFAULT), Scan::Incomplete));
+            long.extend_from_slice(b"\r\n");
+            assert_eq!(line(&long).map(|(_, bytes)| bytes), Some(5002));
+        }
+        let mut touch = b"touch ".to_vec();
+        touch.resize(5000, b'k');
+        assert!(matches!(
+            scan(&touch, &Limits::DEFAULT),
+            Scan::TooLong { multiget: false }
+        ));
     }
 
     #[test]

@@ -184,14 +184,20 @@ impl Session {
         let key_bytes = set.key.bytes();
         let key: &[u8] = &key_bytes;
         let flags = &set.flags;
+        // As memcached: a CAS unique makes a set or a replace a `cas`; an
+        // append or a prepend compares one that is not 0; an add ignores it.
         let mode = match (set.mode, flags.compare_cas) {
-            (MetaSetMode::Set, Some(cas)) if flags.invalidate => StoreMode::CasOrStale(cas),
-            (MetaSetMode::Set, Some(cas)) => StoreMode::Cas(cas),
+            (MetaSetMode::Set | MetaSetMode::Replace, Some(cas)) if flags.invalidate => {
+                StoreMode::CasOrStale(cas)
+            }
+            (MetaSetMode::Set | MetaSetMode::Replace, Some(cas)) => StoreMode::Cas(cas),
             (MetaSetMode::Set, None) => StoreMode::Set,
+            (MetaSetMode::Replace, None) => StoreMode::Replace,
             (MetaSetMode::Add, _) => StoreMode::Add,
+            (MetaSetMode::Append, Some(cas)) if cas != 0 => StoreMode::AppendIfCas(cas),
             (MetaSetMode::Append, _) => StoreMode::Append,
+            (MetaSetMode::Prepend, Some(cas)) if cas != 0 => StoreMode::PrependIfCas(cas),
             (MetaSetMode::Prepend, _) => StoreMode::Prepend,
-            (MetaSetMode::Replace, _) => StoreMode::Replace,
         };
         let expiry = self.expiry(flags.ttl.unwrap_or(0));
         let client_flags = flags.client_flags.unwrap_or(0);
@@ -205,11 +211,13 @@ impl Session {
             };
         self.wrote(ticket);
         self.count_store(outcome, mode);
+        // memcached's `c` on a store that failed gives the CAS unique of the
+        // item it did not store: 0.
         let (status, cas) = match outcome {
             StoreOutcome::Stored { cas } => (MetaStatus::Header, Some(cas)),
-            StoreOutcome::NotStored => (MetaStatus::NotStored, None),
-            StoreOutcome::Exists => (MetaStatus::Exists, None),
-            StoreOutcome::NotFound => (MetaStatus::NotFound, None),
+            StoreOutcome::NotStored => (MetaStatus::NotStored, Some(0)),
+            StoreOutcome::Exists => (MetaStatus::Exists, Some(0)),
+            StoreOutcome::NotFound => (MetaStatus::NotFound, Some(0)),
         };
         self.meta_write_status(status, &set.key, flags, cas, ticket);
     }
@@ -332,7 +340,13 @@ impl Session {
         self.counts.cmd_meta.add(1);
         let key_bytes = debug.key.bytes();
         let key: &[u8] = &key_bytes;
-        let (item, seen) = match self.engine().get_with(key, ReadOptions::default()) {
+        // A look that leaves the item as it was, as memcached's `me` does: not
+        // marked fetched, its last access kept.
+        let options = ReadOptions {
+            no_bump: true,
+            ..ReadOptions::default()
+        };
+        let (item, seen) = match self.engine().get_with(key, options) {
             Ok(read) => read,
             Err(error) => return self.engine_error(&error),
         };

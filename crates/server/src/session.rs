@@ -146,7 +146,10 @@ impl Session {
                 }
             }
             StoreOutcome::NotStored => {}
-            StoreOutcome::Exists => self.counts.cas_badval.add(1),
+            // An append or prepend whose CAS unique differs is not a `cas`
+            // to memcached's counters.
+            StoreOutcome::Exists if compared => self.counts.cas_badval.add(1),
+            StoreOutcome::Exists => {}
             StoreOutcome::NotFound => self.counts.cas_misses.add(1),
         }
     }
@@ -238,8 +241,9 @@ impl Session {
                 reply::write_version(&mut self.output, crate::stats::VERSION.as_bytes());
             }
             Request::Verbosity(verbosity) => {
+                // memcached keeps at most its highest level, 2.
                 self.shared.stats.verbosity.store(
-                    u64::from(verbosity.level),
+                    u64::from(verbosity.level.min(VERBOSITY_MAX)),
                     std::sync::atomic::Ordering::Relaxed,
                 );
                 if !verbosity.noreply {
@@ -257,6 +261,9 @@ impl Session {
         Flow::Continue
     }
 }
+
+/// The highest level `verbosity` sets (memcached's `MAX_VERBOSITY_LEVEL`).
+const VERBOSITY_MAX: u32 = 2;
 
 #[cfg(test)]
 mod tests {

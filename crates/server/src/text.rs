@@ -259,7 +259,9 @@ impl Session {
                 reply::write_reply(&mut self.output, Reply::Reset);
                 return;
             }
-            Some(b"slabs" | b"sizes" | b"conns") => {}
+            // memcached keeps item sizes only when started with them on.
+            Some(b"sizes") => reply::write_stat(&mut self.output, b"sizes_status", b"disabled"),
+            Some(b"slabs" | b"conns") => {}
             Some(_) => {
                 reply::write_reply(&mut self.output, Reply::Error);
                 return;
