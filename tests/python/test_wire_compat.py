@@ -262,6 +262,8 @@ CASES: List[Case] = [
     Case("ma_quiet_hides_the_value_too", [b"set {k} 0 0 1\r\n1\r\n", b"ma {k} q v\r\nma {k} q v t\r\nma {k} q\r\nmg {k} v\r\n"]),
     # `ma` compares a CAS unique only when it is not 0.
     Case("ma_zero_cas_is_not_compared", [b"set {k} 0 0 1\r\n5\r\n", b"ma {k} C0 v\r\n", b"ma {k} C1 v\r\n"]),
+    # An empty value is no number before its CAS unique is compared; other text after.
+    Case("ma_cas_on_an_empty_or_non_numeric_value", [b"set {k}e 0 0 0\r\n\r\n", b"ma {k}e C1\r\n", b"set {k}t 0 0 1\r\nx\r\n", b"ma {k}t C1\r\n"]),
     # A quiet `ma` answers the counter it created, and hides later successes.
     Case("ma_quiet_answers_a_created_counter", [b"ma {k} q N0 J7 v\r\n", b"ma {k} q N0 J7 v\r\n", b"mg {k} v\r\n"]),
     Case("ma_new_ttl_is_reported", [b"set {k} 0 100 1\r\n1\r\n", b"ma {k} T0 t v\r\n", b"mg {k} t v\r\n", b"ma {k}n N30 T0 t v\r\n"]),

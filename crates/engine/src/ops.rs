@@ -535,6 +535,11 @@ impl Engine {
                 ticket,
             ));
         };
+        // In memcached's order: an empty value is no number whatever the
+        // CAS unique, then the CAS unique, then the digits.
+        if entry.value_len() == 0 {
+            return Ok((ArithOutcome::NonNumeric, seen()));
+        }
         if arith.cas.is_some_and(|cas| cas != entry.cas()) {
             return Ok((ArithOutcome::Exists, seen()));
         }
