@@ -315,6 +315,14 @@ CASES: List[Case] = [
         ],
     ),
     Case("stats_sizes", [b"stats sizes\r\n"]),
+    # The read that creates an item marks it fetched, unless `u`; `T` gives a created item its TTL.
+    Case("mg_vivify_marks_the_item_fetched", [b"mg {k} N30\r\n", b"mg {k} h\r\n", b"mg {k}u N30 u\r\n", b"mg {k}u h\r\n"]),
+    Case("mg_vivify_takes_the_ttl_of_T", [b"mg {k} N30 T0 t\r\n", b"mg {k} t\r\n"]),
+    # A late writer's stale value keeps the item's TTL and its win token.
+    Case(
+        "ms_invalidating_late_write_keeps_ttl_and_token",
+        [b"ms {k} 1 T100\r\nx\r\n", b"md {k} I\r\n", b"mg {k}\r\n", b"ms {k} 1 I C1 T0\r\ny\r\n", b"mg {k} v t\r\n"],
+    ),
     Case("me_missing", [b"me {k}\r\n"]),
     Case(
         "me_existing",
@@ -359,7 +367,8 @@ def render(case: Case, data: bytes, context: Dict[str, bytes]) -> bytes:
 
 VALUE_CAS = re.compile(rb"^VALUE \S+ \d+ \d+ (\d+)\r$", re.M)
 META_LINE = re.compile(rb"^(HD|VA|EN|NF|NS|EX)( .*)?\r$", re.M)
-META_CAS = re.compile(rb"(?<= )c(\d+)(?= |\r|$)")
+# A CAS unique other than 0 (`c0`, on a failed `ms`, is compared as it is).
+META_CAS = re.compile(rb"(?<= )c(?!0(?= |\r|$))(\d+)(?= |\r|$)")
 
 
 def remember_cas(reply: bytes, context: Dict[str, bytes]) -> None:

@@ -108,7 +108,7 @@ pub enum ArithOutcome {
 }
 
 /// Parameters of incr/decr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct Arith {
     /// Add (`true`) or subtract.
     pub incr: bool,
@@ -117,11 +117,14 @@ pub struct Arith {
     /// Only if the item's CAS unique equals this.
     pub cas: Option<u64>,
     /// On a miss, create the counter with this value and expiry instead of
-    /// failing (meta `N`/`J`).
+    /// failing (meta `N`/`J`); [`Arith::expiry`] overrides the expiry.
     pub initial: Option<(u64, crate::clock::Expiry)>,
     /// On success, give the item this expiry in the same write (meta `T`),
     /// a created one too; `None` keeps an existing item's expiry.
     pub expiry: Option<crate::clock::Expiry>,
+    /// Reads an item's value as a counter, `None` when it holds no number:
+    /// the protocol's rule (memcached's is C's `strtoull`).
+    pub read_counter: fn(&[u8]) -> Option<u64>,
 }
 
 /// One write of a batch: all of a batch's writes are applied, or none.

@@ -25,8 +25,13 @@ struct PutMeta {
     offset: u32,
     flags: u32,
     exptime: u32,
-    stale: bool,
+    /// The keydir bits the entry starts with (see [`Inner::put`]).
+    bits: u8,
 }
+
+/// The keydir bits a put may start its entry with: the stale mark, which
+/// its record carries too, and two that live in memory alone.
+const PUT_BITS: u8 = BIT_STALE | BIT_WIN_SENT | BIT_FETCHED;
 
 fn put_header(key: &[u8], value: &[u8], flags: u32, exptime: u32, seq: u64, stale: bool) -> Header {
     Header {
@@ -60,12 +65,33 @@ fn check_value(value_len: usize) -> Result<()> {
     Ok(())
 }
 
-/// The counter an item's value holds, read as memcached reads it: C's
-/// `strtoull` through memcached's `safe_strtoull`, on the value as a C
-/// string (up to a NUL byte, where memcached's parse stops too).
-fn parse_counter(value: &[u8]) -> Option<u64> {
-    let c_string = value.split(|&byte| byte == 0).next().unwrap_or_default();
-    larder_protocol::number::parse_u64(c_string)
+/// Whether a store in `mode` goes ahead on `current` (the key's live
+/// entry): the mode to apply (an append or prepend whose CAS unique
+/// matched, as a plain one), or the outcome that refuses it.
+fn store_precondition(
+    mode: StoreMode,
+    current: Option<&Entry>,
+) -> std::result::Result<StoreMode, StoreOutcome> {
+    match (mode, current) {
+        (StoreMode::Add, Some(_)) => Err(StoreOutcome::NotStored),
+        (
+            StoreMode::Replace
+            | StoreMode::Append
+            | StoreMode::Prepend
+            | StoreMode::AppendIfCas(_)
+            | StoreMode::PrependIfCas(_),
+            None,
+        ) => Err(StoreOutcome::NotStored),
+        (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => Err(StoreOutcome::NotFound),
+        (
+            StoreMode::Cas(cas) | StoreMode::AppendIfCas(cas) | StoreMode::PrependIfCas(cas),
+            Some(entry),
+        ) if entry.cas() != cas => Err(StoreOutcome::Exists),
+        (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => Err(StoreOutcome::Exists),
+        (StoreMode::AppendIfCas(_), _) => Ok(StoreMode::Append),
+        (StoreMode::PrependIfCas(_), _) => Ok(StoreMode::Prepend),
+        (mode, _) => Ok(mode),
+    }
 }
 
 /// The new counter bytes: memcached rewrites a shorter number in place,
@@ -132,8 +158,11 @@ impl Inner {
                 value_len,
                 meta.flags,
                 meta.exptime,
-                meta.stale,
+                meta.bits & BIT_STALE != 0,
             );
+            entry
+                .bits()
+                .fetch_or(meta.bits & PUT_BITS, Ordering::Relaxed);
             entry.atime().store(now, Ordering::Relaxed);
         } else {
             let entry = Entry::new(
@@ -147,9 +176,9 @@ impl Inner {
                 meta.exptime,
                 now,
             );
-            if meta.stale {
-                entry.bits().fetch_or(BIT_STALE, Ordering::Relaxed);
-            }
+            entry
+                .bits()
+                .fetch_or(meta.bits & PUT_BITS, Ordering::Relaxed);
             table.insert_unique(hash, entry, self.keydir.rehasher());
             self.counters.items.fetch_add(1, Ordering::Relaxed);
         }
@@ -163,6 +192,9 @@ impl Inner {
     }
 
     /// Appends a put and installs it. The partition lock of `key` is held.
+    /// `bits` are the keydir bits its entry starts with, of [`PUT_BITS`]:
+    /// [`BIT_STALE`] is logged with the record; [`BIT_WIN_SENT`] and
+    /// [`BIT_FETCHED`] are kept in memory only, as memcached keeps them.
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -172,10 +204,10 @@ impl Inner {
         value: &[u8],
         flags: u32,
         exptime: u32,
-        stale: bool,
+        bits: u8,
     ) -> Result<(u64, Ticket)> {
         let seq = self.issue_seqs(1)?;
-        let header = put_header(key, value, flags, exptime, seq, stale);
+        let header = put_header(key, value, flags, exptime, seq, bits & BIT_STALE != 0);
         let (segment, offset, ticket) = self.log.append(header.record_len(), |buf, _| {
             record::encode(buf, &header, key, value)
         })?;
@@ -185,7 +217,7 @@ impl Inner {
             offset,
             flags,
             exptime,
-            stale,
+            bits,
         };
         self.install_put(table, hash, key, value, &meta);
         Ok((seq, ticket))
@@ -324,33 +356,11 @@ impl Engine {
         // An outcome that changes nothing still answers what it saw.
         let seen = || inner.seen(index, found);
         let current = inner.live(found, now);
-        let stale = match (mode, current) {
-            (StoreMode::CasOrStale(cas), Some(entry)) => cas < entry.cas(),
-            _ => false,
+        let mode = match store_precondition(mode, current) {
+            Ok(mode) => mode,
+            Err(outcome) => return Ok((outcome, seen())),
         };
-        let (mode, current) = match (mode, current) {
-            (StoreMode::AppendIfCas(_) | StoreMode::PrependIfCas(_), None) => {
-                return Ok((StoreOutcome::NotStored, seen()))
-            }
-            (
-                StoreMode::Cas(cas) | StoreMode::AppendIfCas(cas) | StoreMode::PrependIfCas(cas),
-                Some(entry),
-            ) if entry.cas() != cas => return Ok((StoreOutcome::Exists, seen())),
-            (StoreMode::AppendIfCas(_), current) => (StoreMode::Append, current),
-            (StoreMode::PrependIfCas(_), current) => (StoreMode::Prepend, current),
-            other => other,
-        };
-        let (value, flags, exptime) = match (mode, current) {
-            (StoreMode::Add, Some(_)) => return Ok((StoreOutcome::NotStored, seen())),
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
-                return Ok((StoreOutcome::NotStored, seen()))
-            }
-            (StoreMode::Cas(_) | StoreMode::CasOrStale(_), None) => {
-                return Ok((StoreOutcome::NotFound, seen()))
-            }
-            (StoreMode::CasOrStale(cas), Some(entry)) if cas > entry.cas() => {
-                return Ok((StoreOutcome::Exists, seen()))
-            }
+        let (value, flags, exptime, bits) = match (mode, current) {
             (StoreMode::Append | StoreMode::Prepend, Some(entry))
                 if u64::from(entry.value_len()) + value.len() as u64
                     > u64::from(inner.config.value_bytes_max) =>
@@ -360,25 +370,26 @@ impl Engine {
             (StoreMode::Append, Some(entry)) => {
                 let mut combined = inner.current_value(entry)?;
                 combined.extend_from_slice(value);
-                (
-                    std::borrow::Cow::Owned(combined),
-                    entry.flags(),
-                    entry.exptime(),
-                )
+                let combined = std::borrow::Cow::Owned(combined);
+                (combined, entry.flags(), entry.exptime(), 0)
             }
             (StoreMode::Prepend, Some(entry)) => {
                 let mut combined = value.to_vec();
                 combined.extend_from_slice(&inner.current_value(entry)?);
-                (
-                    std::borrow::Cow::Owned(combined),
-                    entry.flags(),
-                    entry.exptime(),
-                )
+                let combined = std::borrow::Cow::Owned(combined);
+                (combined, entry.flags(), entry.exptime(), 0)
             }
-            _ => (std::borrow::Cow::Borrowed(value), flags, expiry.stored()),
+            // A late writer's value, kept stale: as memcached, with the
+            // item's expiry and whether a client was offered the win.
+            (StoreMode::CasOrStale(cas), Some(entry)) if cas < entry.cas() => {
+                let won = entry.bits().load(Ordering::Relaxed) & BIT_WIN_SENT;
+                let value = std::borrow::Cow::Borrowed(value);
+                (value, flags, entry.exptime(), BIT_STALE | won)
+            }
+            _ => (std::borrow::Cow::Borrowed(value), flags, expiry.stored(), 0),
         };
         check_value(value.len())?;
-        let (cas, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, stale)?;
+        let (cas, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, bits)?;
         Ok((StoreOutcome::Stored { cas }, ticket))
     }
 
@@ -447,7 +458,8 @@ impl Engine {
         let value = inner.current_value(entry)?;
         let flags = entry.flags();
         let exptime = expiry.map_or(entry.exptime(), Expiry::stored);
-        let (_, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, true)?;
+        // As memcached's `md … I`: stale, and the next read may win again.
+        let (_, ticket) = inner.put(&mut table, hash, key, &value, flags, exptime, BIT_STALE)?;
         Ok((DeleteOutcome::Deleted, ticket))
     }
 
@@ -466,9 +478,15 @@ impl Engine {
     /// as the client that should fill it (the meta protocol's `N` flag).
     /// Returns the item it created, offered the win, as it was created: an
     /// expiry already past (memcached's `N-1`) makes one that no later read
-    /// finds, and it is still the creator's to fill. `None` when the key
-    /// has a live item.
-    pub fn vivify(&self, key: &[u8], expiry: Expiry) -> Result<(Option<Item>, Ticket)> {
+    /// finds, and it is still the creator's to fill. The creating read marks
+    /// the item fetched unless `options.no_bump` (memcached's `u`); no other
+    /// option applies. `None` when the key has a live item.
+    pub fn vivify(
+        &self,
+        key: &[u8],
+        expiry: Expiry,
+        options: ReadOptions,
+    ) -> Result<(Option<Item>, Ticket)> {
         let inner = &*self.inner;
         check_key(key)?;
         inner.log.check_writable()?;
@@ -481,10 +499,9 @@ impl Engine {
             return Ok((None, inner.seen(index, found)));
         }
         let exptime = expiry.stored();
-        let (cas, ticket) = inner.put(&mut table, hash, key, &[], 0, exptime, false)?;
-        if let Some(entry) = crate::keydir::find(&table, hash, key) {
-            entry.bits().fetch_or(BIT_WIN_SENT, Ordering::Relaxed);
-        }
+        let fetched = if options.no_bump { 0 } else { BIT_FETCHED };
+        let bits = BIT_WIN_SENT | fetched;
+        let (cas, ticket) = inner.put(&mut table, hash, key, &[], 0, exptime, bits)?;
         let item = Item {
             value: bytes::Bytes::new(),
             flags: 0,
@@ -522,8 +539,7 @@ impl Engine {
             };
             let text = initial.to_string();
             let exptime = arith.expiry.unwrap_or(expiry).stored();
-            let (cas, ticket) =
-                inner.put(&mut table, hash, key, text.as_bytes(), 0, exptime, false)?;
+            let (cas, ticket) = inner.put(&mut table, hash, key, text.as_bytes(), 0, exptime, 0)?;
             return Ok((
                 ArithOutcome::Value {
                     value: initial,
@@ -544,7 +560,7 @@ impl Engine {
             return Ok((ArithOutcome::Exists, seen()));
         }
         let old = inner.current_value(entry)?;
-        let Some(number) = parse_counter(&old) else {
+        let Some(number) = (arith.read_counter)(&old) else {
             return Ok((ArithOutcome::NonNumeric, seen()));
         };
         let number = if arith.incr {
@@ -554,20 +570,14 @@ impl Engine {
         };
         let text = format_counter(number, old.len());
         let grew = text.len() > old.len();
-        let kept_bits = if grew {
+        let bits = if grew {
             0
         } else {
-            entry.bits().load(Ordering::Relaxed) & (BIT_WIN_SENT | BIT_FETCHED)
+            entry.bits().load(Ordering::Relaxed) & PUT_BITS
         };
-        let stale = !grew && entry.has(BIT_STALE);
         let flags = entry.flags();
         let exptime = arith.expiry.map_or(entry.exptime(), Expiry::stored);
-        let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, stale)?;
-        if kept_bits != 0 {
-            if let Some(entry) = crate::keydir::find(&table, hash, key) {
-                entry.bits().fetch_or(kept_bits, Ordering::Relaxed);
-            }
-        }
+        let (cas, ticket) = inner.put(&mut table, hash, key, &text, flags, exptime, bits)?;
         let outcome = ArithOutcome::Value {
             value: number,
             cas,
@@ -668,7 +678,7 @@ impl Engine {
                         offset,
                         flags: header.flags,
                         exptime: header.exptime,
-                        stale: false,
+                        bits: 0,
                     };
                     inner.install_put(table, *hash, key, value, &meta);
                 }
@@ -717,30 +727,6 @@ fn batch_header(op: &BatchOp<'_>, seq: u64, continues: bool) -> Header {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counters_parse_like_memcached() {
-        assert_eq!(parse_counter(b"42"), Some(42));
-        assert_eq!(parse_counter(b"  7 "), Some(7));
-        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_counter(b"18446744073709551616"), None);
-        assert_eq!(parse_counter(b"12abc"), None);
-        assert_eq!(parse_counter(b""), None);
-        assert_eq!(parse_counter(b"-1"), None);
-        assert_eq!(parse_counter(b"abc"), None);
-        // strtoull negates what it read, and memcached refuses a '-' only
-        // when the result is negative as a signed number.
-        assert_eq!(parse_counter(b"-0"), Some(0));
-        assert_eq!(
-            parse_counter(b"-9223372036854775809"),
-            Some(9_223_372_036_854_775_807)
-        );
-        assert_eq!(parse_counter(b"-18446744073709551615"), Some(1));
-        // C's white space includes the vertical tab; the parse stops at a NUL.
-        assert_eq!(parse_counter(b"\x0b5\x0b"), Some(5));
-        assert_eq!(parse_counter(b"12\0junk"), Some(12));
-        assert_eq!(parse_counter(b"\x0012"), None);
-    }
 
     #[test]
     fn shorter_counters_are_padded_to_the_old_length() {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{config, open, set};
+use common::{config, decimal, open, set};
 use larder_engine::fs::MemFs;
 use larder_engine::{Arith, BatchOp, Clock, Durability, Engine, Expiry, ReadOptions, StoreMode};
 
@@ -138,10 +138,16 @@ fn give_expiry(engine: &Engine, clock: &Clock, write: Write) {
                 cas: None,
                 initial: Some((5, expiry(clock))),
                 expiry: None,
+                read_counter: decimal,
             };
             engine.arith(b"k", arith).unwrap().1
         }
-        Write::Vivify => engine.vivify(b"k", expiry(clock)).unwrap().1,
+        Write::Vivify => {
+            engine
+                .vivify(b"k", expiry(clock), ReadOptions::default())
+                .unwrap()
+                .1
+        }
     };
     engine.commit(ticket).unwrap();
 }

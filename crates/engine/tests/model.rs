@@ -22,7 +22,7 @@
 
 mod common;
 
-use common::{config, open};
+use common::{config, decimal, open};
 use larder_engine::fs::MemFs;
 use larder_engine::{
     Arith, ArithOutcome, BatchOp, Clock, Config, DeleteOutcome, Durability, Engine, Expiry, Item,
@@ -221,18 +221,6 @@ impl Model {
     }
 }
 
-/// memcached's counter parsing (`safe_strtoull`) for the values the model
-/// generates: leading digits, then the end or white space (after which
-/// anything goes, as in "9 0", a padded counter with text appended).
-fn counter(value: &[u8]) -> Option<u64> {
-    let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
-    let ends_well = value.get(digits).is_none_or(u8::is_ascii_whitespace);
-    if digits == 0 || !ends_well {
-        return None;
-    }
-    std::str::from_utf8(&value[..digits]).ok()?.parse().ok()
-}
-
 struct Harness {
     fs: MemFs,
     clock: Clock,
@@ -358,6 +346,7 @@ impl Harness {
             cas: None,
             initial: None,
             expiry: None,
+            read_counter: decimal,
         };
         let (outcome, ticket) = self.engine().arith(key, arith).unwrap();
         self.engine().commit(ticket).unwrap();
@@ -365,7 +354,7 @@ impl Harness {
             assert_eq!(outcome, ArithOutcome::NotFound);
             return;
         };
-        let Some(number) = counter(&item.value) else {
+        let Some(number) = decimal(&item.value) else {
             assert_eq!(outcome, ArithOutcome::NonNumeric);
             return;
         };

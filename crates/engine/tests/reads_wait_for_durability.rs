@@ -132,7 +132,9 @@ fn misses_and_refusals_wait_for_the_unsynced_writes_that_caused_them() {
     let (outcome, ticket) = engine.delete(b"new", Some(1)).unwrap();
     assert_eq!(outcome, DeleteOutcome::Exists);
     covers(ticket, put);
-    let (created, ticket) = engine.vivify(b"new", Expiry::Never).unwrap();
+    let (created, ticket) = engine
+        .vivify(b"new", Expiry::Never, ReadOptions::default())
+        .unwrap();
     assert!(created.is_none());
     covers(ticket, put);
     let put = store_unsynced(&engine, StoreMode::Set, b"text", b"not a number");

@@ -40,8 +40,9 @@ pub enum ErrorKind {
     /// [`crate::Limits::line_bytes_max`]. memcached closes without a reply.
     #[error("line_bytes_max exceeded")]
     LineTooLong,
-    /// A `get`/`gets` line outgrew [`crate::Limits::get_line_bytes_max`].
-    /// memcached has no such limit; Larder says so and closes.
+    /// A `get`/`gets`/`gat`/`gats` line outgrew
+    /// [`crate::Limits::get_line_bytes_max`]. memcached has no such limit
+    /// for `get`/`gets`; Larder says so and closes.
     #[error("SERVER_ERROR multiget line exceeds get_line_bytes_max")]
     MultigetLineTooLong,
     /// An unknown command whose last token starts with `HTTP/`: someone is

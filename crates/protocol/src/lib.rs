@@ -56,7 +56,7 @@ pub mod binary;
 pub mod error;
 pub mod limits;
 mod line;
-pub mod number;
+mod number;
 mod parse;
 pub mod reply;
 pub mod request;
@@ -64,6 +64,7 @@ pub mod request;
 pub use base64::DecodedKey;
 pub use error::{ErrorKind, ParseError};
 pub use limits::{Limits, LimitsError, KEY_BYTES_MAX};
+pub use number::parse_counter;
 pub use parse::{parse, Parsed};
 pub use request::{
     Arithmetic, Delete, Direction, FlushAll, KeyBytes, Keys, MetaArithmetic, MetaArithmeticMode,

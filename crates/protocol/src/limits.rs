@@ -17,12 +17,14 @@ use thiserror::Error;
 pub const KEY_BYTES_MAX: usize = 250;
 
 /// Default for [`Limits::line_bytes_max`]: memcached closes a connection that
-/// sends 2048 bytes without a newline (unless the line is a multiget).
+/// sends 2048 bytes without a newline (unless the line is a multiget; Larder
+/// counts `gat`/`gats` lines as multigets too).
 pub const LINE_BYTES_MAX_DEFAULT: usize = 2048;
 
 /// Default for [`Limits::get_line_bytes_max`]. memcached lets `get`/`gets`
-/// lines grow without bound; Larder bounds them so a connection's buffer is
-/// bounded too. 256 KiB holds about a thousand keys of the maximum length.
+/// lines grow without bound; Larder bounds them, and `gat`/`gats` lines with
+/// them, so a connection's buffer is bounded too. 256 KiB holds about a
+/// thousand keys of the maximum length.
 pub const GET_LINE_BYTES_MAX_DEFAULT: usize = 256 * 1024;
 
 /// Default for [`Limits::item_bytes_max`]: 1 MiB, memcached's `-I` default.
@@ -51,7 +53,8 @@ pub const META_TOKENS_MAX: usize = 20;
 pub const META_OPAQUE_BYTES_MAX: usize = 32;
 
 /// How many leading spaces memcached tolerates before `get `/`gets ` when it
-/// decides whether an over-long line is a multiget (and so may grow).
+/// decides whether an over-long line is a multiget (and so may grow; Larder
+/// applies it to `gat `/`gats ` too).
 pub const MULTIGET_LEADING_SPACES_MAX: usize = 100;
 
 /// Room a multiget prefix needs to be recognised: the leading spaces plus
@@ -157,8 +160,9 @@ impl Limits {
         self.line_bytes_max
     }
 
-    /// Longest `get`/`gets` command line, `\n` included. A longer one is
-    /// answered with `SERVER_ERROR` and the connection is closed.
+    /// Longest `get`/`gets`/`gat`/`gats` command line, `\n` included. A
+    /// longer one is answered with `SERVER_ERROR` and the connection is
+    /// closed.
     pub const fn get_line_bytes_max(&self) -> usize {
         self.get_line_bytes_max
     }

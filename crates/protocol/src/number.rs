@@ -67,7 +67,7 @@ fn scan(token: &[u8]) -> Option<Scanned> {
 }
 
 /// memcached's `safe_strtoull`: an unsigned 64-bit number.
-pub fn parse_u64(token: &[u8]) -> Option<u64> {
+pub(crate) fn parse_u64(token: &[u8]) -> Option<u64> {
     let scanned = scan(token)?;
     let magnitude = scanned.magnitude?;
     let value = if scanned.negative {
@@ -82,6 +82,14 @@ pub fn parse_u64(token: &[u8]) -> Option<u64> {
         return None;
     }
     Some(value)
+}
+
+/// The number an item's value holds for `incr`, `decr` and `ma`, read as
+/// memcached reads it: `safe_strtoull` on the value as a C string (its parse
+/// stops at a NUL byte). `None` when it holds none.
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let c_string = value.split(|&byte| byte == 0).next().unwrap_or_default();
+    parse_u64(c_string)
 }
 
 /// memcached's `safe_strtoul` on a 64-bit `long`: parsed as 64 bits, then
@@ -159,5 +167,29 @@ mod tests {
             assert_eq!(parse_u64(token), None, "{token:?}");
             assert_eq!(parse_i32(token), None, "{token:?}");
         }
+    }
+
+    #[test]
+    fn counters_read_as_memcached_reads_a_value() {
+        assert_eq!(parse_counter(b"42"), Some(42));
+        assert_eq!(parse_counter(b"  7 "), Some(7));
+        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_counter(b"18446744073709551616"), None);
+        assert_eq!(parse_counter(b"12abc"), None);
+        assert_eq!(parse_counter(b""), None);
+        assert_eq!(parse_counter(b"abc"), None);
+        // strtoull negates what it read, and memcached refuses a '-' only
+        // when the result is negative as a signed number.
+        assert_eq!(parse_counter(b"-1"), None);
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(
+            parse_counter(b"-9223372036854775809"),
+            Some(9_223_372_036_854_775_807)
+        );
+        assert_eq!(parse_counter(b"-18446744073709551615"), Some(1));
+        // C's white space includes the vertical tab; the parse stops at a NUL.
+        assert_eq!(parse_counter(b"\x0b5\x0b"), Some(5));
+        assert_eq!(parse_counter(b"12\0junk"), Some(12));
+        assert_eq!(parse_counter(b"\x0012"), None);
     }
 }

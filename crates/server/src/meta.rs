@@ -102,7 +102,8 @@ impl Session {
         let start = self.output.len();
         let item = match (found, flags.vivify_ttl) {
             (Some(item), _) => Some(item),
-            (None, Some(ttl)) => match self.vivify(key, ttl) {
+            // memcached gives a created item the `T` TTL over the `N` one.
+            (None, Some(ttl)) => match self.vivify(key, flags.ttl.unwrap_or(ttl), options) {
                 Ok((item, ticket)) => {
                     seen = seen.max(ticket);
                     item
@@ -161,18 +162,16 @@ impl Session {
         &mut self,
         key: &[u8],
         ttl: i32,
+        options: ReadOptions,
     ) -> Result<(Option<Item>, Ticket), larder_engine::Error> {
         let expiry = self.expiry(ttl);
-        let (created, ticket) = self.engine().vivify(key, expiry)?;
+        let (created, ticket) = self.engine().vivify(key, expiry, options)?;
         if let Some(item) = created {
             self.counts.total_items.add(1);
             return Ok((Some(item), ticket));
         }
-        // Another client made it since this one missed: read it as any hit.
-        let options = ReadOptions {
-            claim_win: true,
-            ..ReadOptions::default()
-        };
+        // Another client made it since this one missed: read it as the hit
+        // the request would have had.
         let (item, seen) = self.engine().get_with(key, options)?;
         Ok((item, ticket.max(seen)))
     }
@@ -269,6 +268,7 @@ impl Session {
                 .vivify_ttl
                 .map(|ttl| (flags.initial.unwrap_or(0), self.expiry(ttl))),
             expiry: flags.ttl.map(|ttl| self.expiry(ttl)),
+            read_counter: larder_protocol::parse_counter,
         };
         let (outcome, ticket) = match self.engine().arith(key, request) {
             Ok(done) => done,

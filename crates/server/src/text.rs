@@ -171,6 +171,7 @@ impl Session {
             cas: None,
             initial: None,
             expiry: None,
+            read_counter: larder_protocol::parse_counter,
         };
         let outcome = match self.engine().arith(arith.key, request) {
             Ok((outcome, ticket)) => {

@@ -130,5 +130,18 @@ pub fn incr_by_one() -> Arith {
         cas: None,
         initial: None,
         expiry: None,
+        read_counter: decimal,
     }
+}
+
+/// Reads a counter as decimal digits that end the value or come before
+/// white space (the engine pads a shorter number with spaces): the tests'
+/// rule; the server passes the protocol's, memcached's `strtoull`.
+pub fn decimal(value: &[u8]) -> Option<u64> {
+    let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+    let ends_well = value.get(digits).is_none_or(u8::is_ascii_whitespace);
+    if digits == 0 || !ends_well {
+        return None;
+    }
+    std::str::from_utf8(value.get(..digits)?).ok()?.parse().ok()
 }
