@@ -589,6 +589,20 @@ def test_stats_slabs_and_items_are_larders_own(module_larder):
     stats = dict(line.split(b" ")[1:3] for line in lines[:-2])
     assert set(stats) == {b"items:1:number", b"items:1:evicted", b"items:1:reclaimed"}, lines
     assert int(stats[b"items:1:number"]) >= 1 and stats[b"items:1:evicted"] == b"0", lines
+    # Connections are not listed.
+    assert ask(address, b"stats conns\r\n") == b"END\r\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        b"shutdown", b"slabs automove 1", b"lru mode flat", b"lru_crawler crawl all", b"watch",
+        b"cache_memlimit 100", b"stats detail on", b"stats cachedump 1 1",
+    ],
+)
+def test_memcacheds_administration_commands_are_unknown_to_larder(command, module_larder):
+    # memcached answers these (OK, or why not); Larder has no such machinery.
+    assert ask(module_larder.address, command + b"\r\n") == b"ERROR\r\n"
 
 
 def test_a_value_of_exactly_one_mib_is_stored_where_memcached_refuses_it(module_memcached, module_larder):

@@ -215,6 +215,13 @@ mod tests {
             long.extend_from_slice(b"\r\n");
             assert_eq!(line(&long).map(|(_, bytes)| bytes), Some(5002));
         }
+        // Up to the multiget limit, for `gat` as for `get`.
+        let mut too_long = b"gat 10 ".to_vec();
+        too_long.resize(Limits::DEFAULT.get_line_bytes_max(), b'k');
+        assert!(matches!(
+            scan(&too_long, &Limits::DEFAULT),
+            Scan::TooLong { multiget: true }
+        ));
         let mut touch = b"touch ".to_vec();
         touch.resize(5000, b'k');
         assert!(matches!(

@@ -25,19 +25,9 @@ impl Session {
             cas: Some(item.cas),
             client_flags: Some(item.flags),
             size: Some(item.value.len() as u64),
-            ttl_secs: Some(self.ttl_secs(item.exptime)),
+            ttl_secs: Some(ttl_secs(item.exptime, now)),
             hit_before: Some(item.fetched_before),
             last_access_secs: Some(u64::from(now.saturating_sub(item.last_access))),
-        }
-    }
-
-    /// The seconds an item with absolute expiry `exptime` has left, as the
-    /// `t` flag gives them: -1 for never, 0 once past.
-    fn ttl_secs(&self, exptime: u32) -> i64 {
-        if exptime == 0 {
-            -1
-        } else {
-            i64::from(exptime.saturating_sub(self.now()))
         }
     }
 
@@ -317,7 +307,7 @@ impl Session {
             ..ItemInfo::default()
         };
         if flags.return_ttl {
-            info.ttl_secs = Some(self.ttl_secs(exptime));
+            info.ttl_secs = Some(ttl_secs(exptime, self.now()));
         }
         let text = value.to_string();
         let start = self.output.len();
@@ -365,5 +355,15 @@ impl Session {
         line.field_i64(b"size", (key.len() + item.value.len()) as i64);
         line.finish();
         self.ack_seen(start, seen);
+    }
+}
+
+/// The seconds an item with absolute expiry `exptime` has left at `now`, as
+/// the `t` flag gives them: -1 for never, 0 once past.
+fn ttl_secs(exptime: u32, now: u32) -> i64 {
+    if exptime == 0 {
+        -1
+    } else {
+        i64::from(exptime.saturating_sub(now))
     }
 }

@@ -345,6 +345,14 @@ mod tests {
         assert_eq!(lines[1], "MN");
         assert!(lines[2..7].iter().all(failed), "{output}");
         assert_eq!(lines[7], "MN");
+        // The batch's failure counts once in `server_errors`.
+        let mut stats = BytesMut::new();
+        let shared = &session.shared;
+        shared
+            .stats
+            .write_general(&shared.config, &shared.engine, &mut stats);
+        let stats = String::from_utf8(stats.to_vec()).unwrap();
+        assert!(stats.contains("STAT server_errors 1\r\n"), "{stats}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub(crate) struct UnixSocketFile {
     // Field order is drop order, which matters: the socket closes, its
     // file goes, and only then is the lock let go.
     pub(crate) listener: UnixListener,
-    file: BoundPath,
+    file: OwnedPath,
     _lock: SocketLockFile,
 }
 
@@ -53,25 +53,20 @@ impl UnixSocketFile {
     }
 }
 
-/// The file a Unix domain socket was bound to, removed when this is
-/// dropped unless something else has taken the path since.
-struct BoundPath {
+/// A file this server made (the socket's, or its lock file), removed when
+/// this is dropped if the path still names it: a file someone else has put
+/// there since is theirs.
+struct OwnedPath {
     path: PathBuf,
-    /// Device and inode of the socket's file.
+    /// Device and inode of the file.
     identity: (u64, u64),
 }
 
-impl Drop for BoundPath {
+impl Drop for OwnedPath {
     fn drop(&mut self) {
-        remove_if_same(&self.path, self.identity);
-    }
-}
-
-/// Removes the file at `path` if it is still the one with `identity`
-/// (device, inode): a file someone else has put there since is theirs.
-fn remove_if_same(path: &Path, identity: (u64, u64)) {
-    if identity_of(path).is_ok_and(|found| found == identity) {
-        let _ = std::fs::remove_file(path);
+        if identity_of(&self.path).is_ok_and(|found| found == self.identity) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -85,9 +80,9 @@ fn identity_of(path: &Path) -> std::io::Result<(u64, u64)> {
 /// file; removed when dropped, while still locked, if the path still names
 /// it.
 pub(crate) struct SocketLockFile {
-    path: PathBuf,
-    identity: (u64, u64),
-    /// Closing it lets the lock go; it is dropped after `drop` has run.
+    // Field order is drop order: the file is removed while still locked.
+    _owned: OwnedPath,
+    /// Closing it lets the lock go.
     _file: File,
 }
 
@@ -140,8 +135,7 @@ impl SocketLockFile {
             match identity_of(&path) {
                 Ok(found) if found == identity => {
                     return Ok(SocketLockFile {
-                        path,
-                        identity,
+                        _owned: OwnedPath { path, identity },
                         _file: file,
                     })
                 }
@@ -157,12 +151,6 @@ impl SocketLockFile {
                 limits::UNIX_SOCKET_LOCK_ATTEMPTS_MAX
             )),
         ))
-    }
-}
-
-impl Drop for SocketLockFile {
-    fn drop(&mut self) {
-        remove_if_same(&self.path, self.identity);
     }
 }
 
@@ -252,7 +240,7 @@ pub(crate) async fn listen_unix(
         }
     };
     // If the start fails from here on, dropping this removes the file.
-    let file = BoundPath {
+    let file = OwnedPath {
         path: path.to_owned(),
         identity,
     };
@@ -316,7 +304,10 @@ mod tests {
         })
         .unwrap();
         assert!(removed);
-        assert_eq!(identity_of(&lock.path).unwrap(), lock.identity);
+        assert_eq!(
+            identity_of(&lock._owned.path).unwrap(),
+            lock._owned.identity
+        );
         drop(lock);
         assert!(!dir.path().join("larder.sock.lock").exists());
     }
