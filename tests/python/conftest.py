@@ -26,6 +26,10 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LARDER_BIN = os.environ.get("LARDER_BIN", str(REPO_ROOT / "target" / "release" / "larder"))
 MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", "/usr/bin/memcached")
+# How every Larder server the tests start serves its connections (`--io`):
+# unset for the default; scripts/test.sh runs the client suites again with
+# `uring`.
+LARDER_IO = os.environ.get("LARDER_TEST_IO")
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 20.0
@@ -292,6 +296,7 @@ def larder_argv(data_dir: Path, durability: str, extra: Sequence[str] = ()) -> C
             str(data_dir),
             "--durability",
             durability,
+            *(["--io", LARDER_IO] if LARDER_IO else []),
             *extra,
         ]
 

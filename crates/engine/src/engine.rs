@@ -301,6 +301,12 @@ impl Engine {
         self.inner.log.attach_idle_signal(signal)
     }
 
+    /// The idle signal attached with [`Engine::attach_idle_signal`], for
+    /// further threads that run committers to report to.
+    pub fn idle_signal(&self) -> Option<Arc<IdleSignal>> {
+        self.inner.log.idle_signal()
+    }
+
     /// How many items requests have found expired, and flushed, before
     /// they were reclaimed ([`Stats::found_expired`], [`Stats::found_flushed`]),
     /// without gathering the other figures.

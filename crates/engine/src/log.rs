@@ -402,6 +402,11 @@ impl Log {
         self.idle.set(signal).is_ok()
     }
 
+    /// The idle signal attached, if any.
+    pub fn idle_signal(&self) -> Option<Arc<IdleSignal>> {
+        self.idle.get().cloned()
+    }
+
     fn idle_reports(&self) -> u64 {
         self.idle.get().map_or(0, |signal| signal.reports())
     }

@@ -153,6 +153,12 @@ struct ServeArgs {
     /// least once a second; none: leave syncing to the OS [default: everysec].
     #[arg(long)]
     durability: Option<String>,
+    /// How connections are served: epoll (tokio's tasks, a system call per
+    /// receive and per send) or uring (io_uring rings, one per worker
+    /// thread, each submitting many connections' receives and sends in one
+    /// system call; Linux 5.6 or later) [default: epoll].
+    #[arg(long, value_name = "epoll|uring")]
+    io: Option<String>,
     /// How long a half-received request may wait for its next bytes before
     /// the connection is closed, in milliseconds [default: 30000].
     #[arg(long = "partial-request-timeout-ms", value_name = "MS")]
@@ -189,6 +195,7 @@ impl ServeArgs {
             max_item_size: self.max_item_size.map(config::Size::Text),
             data_dir: self.data_dir,
             durability: self.durability,
+            io: self.io,
             verbose: (self.verbose > 0).then_some(self.verbose),
             segment_bytes_max: None,
             partial_request_timeout_ms: self.partial_request_timeout_ms,

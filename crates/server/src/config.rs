@@ -2,7 +2,7 @@
 //!
 //! Names match the command-line flags (`port`, `listen`, `unix_socket`,
 //! `unix_socket_mode`, `max_connections`, `threads`, `memory_limit_mb`,
-//! `max_item_size`, `data_dir`, `durability`, `verbose`), so a config file
+//! `max_item_size`, `data_dir`, `durability`, `io`, `verbose`), so a config file
 //! reads like the flags it replaces.
 
 use crate::limits;
@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// How durable an acknowledged write is.
     pub durability: Durability,
+    /// How connections are served.
+    pub io: Io,
     /// Log verbosity (0 quiet, 1 info, 2 debug, 3 trace).
     pub verbose: u8,
     /// Largest segment file, in bytes; `None` for the engine's default,
@@ -65,6 +67,7 @@ impl Default for ServerConfig {
             max_item_size: larder_protocol::limits::ITEM_BYTES_MAX_DEFAULT,
             data_dir: PathBuf::from("larder-data"),
             durability: Durability::EverySec,
+            io: Io::Epoll,
             verbose: 0,
             segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
@@ -100,12 +103,45 @@ pub struct ConfigFile {
     pub data_dir: Option<PathBuf>,
     /// `always`, `everysec` or `none`.
     pub durability: Option<String>,
+    /// `epoll` or `uring`.
+    pub io: Option<String>,
     /// See [`ServerConfig::verbose`].
     pub verbose: Option<u8>,
     /// See [`ServerConfig::segment_bytes_max`].
     pub segment_bytes_max: Option<u32>,
     /// See [`ServerConfig::partial_request_timeout`], in milliseconds.
     pub partial_request_timeout_ms: Option<u64>,
+}
+
+/// How the server waits for its connections' input and sends their
+/// replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Io {
+    /// tokio's tasks, woken through epoll: a system call for each receive
+    /// and each send.
+    Epoll,
+    /// The server's own io_uring rings, one per worker thread: each hands
+    /// the kernel many connections' receives and sends in one system call
+    /// (Linux 5.6 or later; refused at start where the kernel or a
+    /// container does not allow io_uring).
+    Uring,
+}
+
+impl Io {
+    /// Parses `epoll` or `uring`.
+    pub fn from_name(name: &str) -> Option<Io> {
+        [Io::Epoll, Io::Uring]
+            .into_iter()
+            .find(|io| io.name() == name)
+    }
+
+    /// The name the flag and the config file take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Io::Epoll => "epoll",
+            Io::Uring => "uring",
+        }
+    }
 }
 
 /// A size setting: a number of bytes, or text like `"2m"`.
@@ -173,6 +209,10 @@ impl ConfigFile {
         }
         if let Some(name) = self.durability {
             config.durability = parse_durability(&name)?;
+        }
+        if let Some(name) = self.io {
+            config.io = Io::from_name(&name)
+                .ok_or_else(|| ConfigError(format!("io must be epoll or uring, not {name:?}")))?;
         }
         if let Some(verbose) = self.verbose {
             config.verbose = verbose;
@@ -346,15 +386,21 @@ mod tests {
 
     #[test]
     fn file_settings_override_defaults_and_unknown_names_are_refused() {
-        let file: ConfigFile =
-            toml::from_str("port = 12000\ndurability = \"always\"\nmax_item_size = \"2m\"")
-                .unwrap();
+        let file: ConfigFile = toml::from_str(
+            "port = 12000\ndurability = \"always\"\nmax_item_size = \"2m\"\nio = \"uring\"",
+        )
+        .unwrap();
         let mut config = ServerConfig::default();
+        assert_eq!(config.io, Io::Epoll);
         file.apply(&mut config).unwrap();
         assert_eq!(config.port, 12000);
         assert_eq!(config.durability, Durability::Always);
         assert_eq!(config.max_item_size, 2 << 20);
+        assert_eq!(config.io, Io::Uring);
         assert!(toml::from_str::<ConfigFile>("prot = 1").is_err());
+        let bad: ConfigFile = toml::from_str("io = \"poll\"").unwrap();
+        let error = bad.apply(&mut config).unwrap_err().to_string();
+        assert_eq!(error, "io must be epoll or uring, not \"poll\"");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! committed with one ticket (one group commit for a whole pipeline) and its
 //! replies are written with one `write`. Requests are parsed a few at a
 //! time ahead of handling, so that a pipeline's keys are looked up together
-//! (see [`Connection::process`]). A connection stops handling once its
+//! (see [`Exchange::process`]). A connection stops handling once its
 //! replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] and sends them, so a
 //! client that pipelines many large reads, or asks for many in one `get`,
 //! cannot make the server buffer without bound, and one that never reads
@@ -17,6 +17,7 @@ use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
 use larder_protocol::{binary, parse, ErrorKind, MetaKey, ParseError, Parsed, Request};
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Writes what the socket takes of `buf` without waiting
     /// (`WouldBlock` if it takes nothing).
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
+    /// The socket's descriptor, taken off tokio's runtime (for a ring
+    /// thread, see [`crate::ring`]).
+    fn into_fd(self) -> std::io::Result<OwnedFd>;
 }
 
 impl Socket for TcpStream {
@@ -44,6 +48,10 @@ impl Socket for TcpStream {
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
         TcpStream::try_write(self, buf)
     }
+
+    fn into_fd(self) -> std::io::Result<OwnedFd> {
+        self.into_std().map(OwnedFd::from)
+    }
 }
 
 impl Socket for UnixStream {
@@ -53,6 +61,10 @@ impl Socket for UnixStream {
 
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
         UnixStream::try_write(self, buf)
+    }
+
+    fn into_fd(self) -> std::io::Result<OwnedFd> {
+        self.into_std().map(OwnedFd::from)
     }
 }
 
@@ -69,8 +81,8 @@ fn stopping(shutdown: &watch::Receiver<bool>) -> bool {
 }
 
 /// Why a connection ended.
-#[derive(Debug, PartialEq, Eq)]
-enum End {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
     /// The client closed it, or asked to (`quit`), or the server is shutting
     /// down.
     Done,
@@ -87,10 +99,7 @@ pub async fn serve<S: Socket>(stream: S, shared: Arc<Shared>, mut shutdown: watc
     let shutdown_seen = shutdown.clone();
     let mut connection = Connection {
         stream,
-        input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
-        discard_bytes: 0,
-        protocol: Protocol::Unknown,
-        session: Session::new(Arc::clone(&shared)),
+        exchange: Exchange::new(Arc::clone(&shared)),
     };
     // One wait for the shutdown for the connection's whole life, rather
     // than one registered and dropped again on every read. Polled again
@@ -111,12 +120,20 @@ pub async fn serve<S: Socket>(stream: S, shared: Arc<Shared>, mut shutdown: watc
 
 struct Connection<S> {
     stream: S,
-    input: BytesMut,
+    exchange: Exchange,
+}
+
+/// A connection's requests and replies, apart from its socket: what it has
+/// read and not yet handled, and its session. Either way of serving
+/// connections (tokio's tasks, or the server's own rings, see
+/// [`crate::ring`]) drives one of these.
+pub(crate) struct Exchange {
+    pub(crate) input: BytesMut,
     /// Bytes of a rejected data block still to be swallowed.
     discard_bytes: u64,
     /// Chosen by the connection's first byte, as in memcached.
     protocol: Protocol,
-    session: Session,
+    pub(crate) session: Session,
 }
 
 /// The protocol a connection speaks.
@@ -127,7 +144,7 @@ enum Protocol {
     /// memcached's text and meta protocols.
     Text,
     /// memcached's binary protocol, which Larder does not speak: every
-    /// request is answered "Not supported" (see [`Connection::refuse_binary`]).
+    /// request is answered "Not supported" (see [`Exchange::refuse_binary`]).
     Binary,
 }
 
@@ -140,7 +157,7 @@ impl<S: Socket> Connection<S> {
         mut stop: Pin<&mut impl Future>,
     ) -> End {
         loop {
-            let flow = self.process();
+            let flow = self.exchange.process();
             if let Err(end) = self.flush().await {
                 return end;
             }
@@ -152,9 +169,9 @@ impl<S: Socket> Connection<S> {
             if stopping(shutdown) {
                 // Serve what the client sent before the shutdown (e.g. a
                 // pipeline of noreply sets), without waiting for more.
-                match self.stream.try_read_buf(&mut self.input) {
+                match self.stream.try_read_buf(&mut self.exchange.input) {
                     Ok(read) if read > 0 => {
-                        self.session.counts.bytes_read.add(read as u64);
+                        self.exchange.session.counts.bytes_read.add(read as u64);
                         continue;
                     }
                     _ => return End::Done,
@@ -162,7 +179,7 @@ impl<S: Socket> Connection<S> {
             }
             match self.read(stop.as_mut()).await {
                 Ok(0) => return End::Done,
-                Ok(read) => self.session.counts.bytes_read.add(read as u64),
+                Ok(read) => self.exchange.session.counts.bytes_read.add(read as u64),
                 Err(end) => return end,
             }
         }
@@ -171,10 +188,10 @@ impl<S: Socket> Connection<S> {
     /// Reads more input; a partial request must make progress within the
     /// timeout. Returns 0 at end of input or shutdown.
     async fn read(&mut self, stop: Pin<&mut impl Future>) -> Result<usize, End> {
-        make_room_to_read(&mut self.input);
-        let partial = !self.input.is_empty() || self.discard_bytes > 0;
-        let patience = self.session.shared.config.partial_request_timeout;
-        let read = self.stream.read_buf(&mut self.input);
+        self.exchange.make_room_to_read();
+        let partial = self.exchange.partial();
+        let patience = self.exchange.session.shared.config.partial_request_timeout;
+        let read = self.stream.read_buf(&mut self.exchange.input);
         // `select!` builds a disabled branch's future too; in an `async`
         // block the timer (and its read of the clock) is made only when the
         // branch is polled, which is only when a request is partial.
@@ -189,6 +206,71 @@ impl<S: Socket> Connection<S> {
         }
     }
 
+    /// Commits the batch's writes, then sends its replies.
+    async fn flush(&mut self) -> Result<(), End> {
+        self.exchange.commit().await;
+        // Replies almost always fit in the socket's buffer at once: the
+        // timeout (and its read of the clock) is armed only for what the
+        // socket does not take.
+        let sent = self.send_now()?;
+        if let Some(rest) = self
+            .exchange
+            .session
+            .output
+            .get(sent..)
+            .filter(|rest| !rest.is_empty())
+        {
+            let write = self.stream.write_all(rest);
+            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(End::Done),
+                Err(_) => return Err(End::TimedOut),
+            }
+        }
+        self.exchange.batch_sent();
+        Ok(())
+    }
+
+    /// Writes as much of the replies as the socket takes without waiting;
+    /// returns how many bytes it took.
+    fn send_now(&self) -> Result<usize, End> {
+        let output = &self.exchange.session.output;
+        let mut sent = 0;
+        while let Some(rest) = output.get(sent..).filter(|rest| !rest.is_empty()) {
+            match self.stream.try_write(rest) {
+                Ok(0) => return Err(End::Done),
+                Ok(taken) => sent += taken,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(End::Done),
+            }
+        }
+        Ok(sent)
+    }
+}
+
+impl Exchange {
+    pub(crate) fn new(shared: Arc<Shared>) -> Exchange {
+        Exchange {
+            input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
+            discard_bytes: 0,
+            protocol: Protocol::Unknown,
+            session: Session::new(shared),
+        }
+    }
+
+    /// Whether the input holds part of a request (or of a rejected data
+    /// block still being swallowed), which must be completed within the
+    /// partial-request timeout.
+    pub(crate) fn partial(&self) -> bool {
+        !self.input.is_empty() || self.discard_bytes > 0
+    }
+
+    /// Readies the input buffer for the next read (see [`make_room_to_read`]).
+    pub(crate) fn make_room_to_read(&mut self) {
+        make_room_to_read(&mut self.input);
+    }
+
     /// Parses and handles buffered requests until input runs out, replies
     /// pass the soft limit, or the connection must close.
     ///
@@ -200,7 +282,7 @@ impl<S: Socket> Connection<S> {
     /// it had been parsed alone; what ends a window (an incomplete request,
     /// or one that is refused) is dealt with once every request before it
     /// has been handled.
-    fn process(&mut self) -> Processed {
+    pub(crate) fn process(&mut self) -> Processed {
         if self.protocol == Protocol::Unknown {
             self.protocol = match self.input.first() {
                 None => return Processed::NeedInput,
@@ -336,35 +418,27 @@ impl<S: Socket> Connection<S> {
         quit.then_some(Processed::Close(End::Done))
     }
 
-    /// Commits the batch's writes, then sends its replies.
-    async fn flush(&mut self) -> Result<(), End> {
+    /// Commits the batch's writes; if the commit fails, the batch's
+    /// acknowledgements become errors.
+    pub(crate) async fn commit(&mut self) {
         let ticket = self.session.ticket;
         if ticket != larder_engine::Ticket::NONE {
             let commit = self.session.shared.engine.commit_async(ticket);
             if let Err(error) = commit.await {
-                tracing::warn!(%error, "commit failed; the batch's writes are answered SERVER_ERROR");
-                self.session.fail_acks(&error);
+                self.commit_failed(&error);
             }
         }
-        if !self.session.output.is_empty() {
-            let written = self.session.output.len() as u64;
-            // Replies almost always fit in the socket's buffer at once: the
-            // timeout (and its read of the clock) is armed only for what the
-            // socket does not take.
-            let sent = self.send_now()?;
-            if let Some(rest) = self
-                .session
-                .output
-                .get(sent..)
-                .filter(|rest| !rest.is_empty())
-            {
-                let write = self.stream.write_all(rest);
-                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(End::Done),
-                    Err(_) => return Err(End::TimedOut),
-                }
-            }
+    }
+
+    pub(crate) fn commit_failed(&mut self, error: &larder_engine::Error) {
+        tracing::warn!(%error, "commit failed; the batch's writes are answered SERVER_ERROR");
+        self.session.fail_acks(error);
+    }
+
+    /// Ends a batch whose replies (if any) the socket has taken.
+    pub(crate) fn batch_sent(&mut self) {
+        let written = self.session.output.len() as u64;
+        if written > 0 {
             self.session.counts.bytes_written.add(written);
             self.session.output.clear();
             if self.session.output.capacity() > 2 * WRITE_BUFFER_BYTES_SOFT_MAX {
@@ -372,29 +446,11 @@ impl<S: Socket> Connection<S> {
             }
         }
         self.session.batch_sent();
-        Ok(())
-    }
-
-    /// Writes as much of the replies as the socket takes without waiting;
-    /// returns how many bytes it took.
-    fn send_now(&self) -> Result<usize, End> {
-        let output = &self.session.output;
-        let mut sent = 0;
-        while let Some(rest) = output.get(sent..).filter(|rest| !rest.is_empty()) {
-            match self.stream.try_write(rest) {
-                Ok(0) => return Err(End::Done),
-                Ok(taken) => sent += taken,
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return Err(End::Done),
-            }
-        }
-        Ok(sent)
     }
 }
 
 /// Complete requests parsed ahead of handling, at most (see
-/// [`Connection::process`]).
+/// [`Exchange::process`]).
 const WINDOW_REQUESTS: usize = 16;
 
 /// Keys whose entries are asked for ahead, at most, per window: a window
@@ -484,8 +540,9 @@ fn make_room_to_read(input: &mut BytesMut) {
     }
 }
 
-/// Where [`Connection::process`] stopped.
-enum Processed {
+/// Where [`Exchange::process`] stopped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Processed {
     /// The buffer holds no complete request.
     NeedInput,
     /// Replies reached the soft limit: send them, then go on parsing.

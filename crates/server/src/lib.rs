@@ -29,6 +29,13 @@
 //! commit gather more committers ([`serve_until`]). The sync thread runs
 //! as a batch thread: its wake-ups do not preempt a busy worker.
 //!
+//! With `--io uring` ([`Io::Uring`]) the runtime keeps one worker, which
+//! accepts connections and hands each to one of `threads` ring threads; a
+//! ring thread serves its connections through an io_uring ring, many
+//! receives and sends to one system call, with the same parsing and
+//! handling, and reports to the idle signal before it waits (see the
+//! `ring` module).
+//!
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
 
@@ -36,12 +43,13 @@ pub mod config;
 mod connection;
 pub mod limits;
 mod meta;
+mod ring;
 mod session;
 pub mod stats;
 mod text;
 mod unix_socket;
 
-pub use config::{ConfigError, ConfigFile, ServerConfig};
+pub use config::{ConfigError, ConfigFile, Io, ServerConfig};
 
 use connection::Socket;
 use larder_protocol::Limits;
@@ -77,6 +85,12 @@ pub enum ServerError {
     /// The runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    /// `--io uring` was asked for and the kernel refused a ring.
+    #[error(
+        "cannot use io_uring ({0}): it needs Linux 5.6 or later, not refused by a \
+         container's seccomp profile or the kernel.io_uring_disabled sysctl; serve with --io epoll"
+    )]
+    Uring(std::io::Error),
 }
 
 /// How a server's shutdown went.
@@ -156,6 +170,9 @@ impl Server {
     /// socket. Must be called inside a tokio runtime.
     pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
         config.validate()?;
+        if config.io == Io::Uring {
+            ring::available().map_err(ServerError::Uring)?;
+        }
         let limits = Limits::default()
             .with_item_bytes_max(config.max_item_size)
             .map_err(|e| ConfigError(format!("max item size: {e}")))?;
@@ -220,6 +237,12 @@ impl Server {
         shutdown: impl Future<Output = ()>,
     ) -> Result<Shutdown, ServerError> {
         let Server { shared, listener } = self;
+        let rings = match shared.config.io {
+            Io::Epoll => None,
+            Io::Uring => Some(
+                ring::Rings::start(shared.config.threads, &shared).map_err(ServerError::Uring)?,
+            ),
+        };
         let (stop_sender, stop) = watch::channel(false);
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut connections = JoinSet::new();
@@ -231,10 +254,10 @@ impl Server {
                 accepted = listener.accept() => match accepted {
                     Ok(Accepted::Tcp(stream)) => {
                         let _ = stream.set_nodelay(true);
-                        accept(stream, &shared, &permits, &stop, &mut connections);
+                        accept(stream, &shared, &permits, &stop, rings.as_ref(), &mut connections);
                     }
                     Ok(Accepted::Unix(stream)) => {
-                        accept(stream, &shared, &permits, &stop, &mut connections);
+                        accept(stream, &shared, &permits, &stop, rings.as_ref(), &mut connections);
                     }
                     Err(error) if out_of_resources(&error) => {
                         let quiet = accept_warned
@@ -264,6 +287,9 @@ impl Server {
         }
         drop(listener);
         let _ = stop_sender.send(true);
+        if let Some(rings) = &rings {
+            rings.stop();
+        }
         let drain = async { while connections.join_next().await.is_some() {} };
         let mut report = Shutdown::default();
         if tokio::time::timeout(limits::SHUTDOWN_GRACE, drain)
@@ -283,6 +309,12 @@ impl Server {
                 connections = report.connections_cut,
                 "connections still busy after the grace period were closed"
             );
+        }
+        if let Some(rings) = rings {
+            // Closes what the grace period left, and waits for the threads.
+            tokio::task::spawn_blocking(move || rings.cut_and_join())
+                .await
+                .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))?;
         }
         let engine = Arc::clone(&shared.engine);
         drop(shared);
@@ -365,6 +397,7 @@ fn accept<S: Socket>(
     shared: &Arc<Shared>,
     permits: &Arc<Semaphore>,
     stop: &watch::Receiver<bool>,
+    rings: Option<&ring::Rings>,
     connections: &mut JoinSet<()>,
 ) {
     let stats = &shared.stats;
@@ -385,6 +418,24 @@ fn accept<S: Socket>(
         shared: Arc::clone(shared),
         _permit: permit,
     };
+    if let Some(rings) = rings {
+        let fd = match stream.into_fd() {
+            Ok(fd) => fd,
+            // The connection is dropped, and `open` with it.
+            Err(error) => {
+                tracing::warn!(%error, "cannot take an accepted connection off the runtime");
+                return;
+            }
+        };
+        let (closed, waiting) = tokio::sync::oneshot::channel();
+        rings.hand(ring::Arrival { fd, open, closed });
+        // Ends when the ring thread drops the connection, so that the
+        // shutdown drains and cuts ring connections as it does tasks.
+        connections.spawn(async move {
+            let _ = waiting.await;
+        });
+        return;
+    }
     let stop = stop.clone();
     connections.spawn(async move {
         connection::serve(stream, Arc::clone(&open.shared), stop).await;
@@ -393,8 +444,9 @@ fn accept<S: Socket>(
 }
 
 /// What an open connection holds: given back when its task ends, however
-/// it ends (closed, or aborted at shutdown).
-struct Open {
+/// it ends (closed, or aborted at shutdown), or when its ring thread drops
+/// it.
+pub(crate) struct Open {
     shared: Arc<Shared>,
     _permit: OwnedSemaphorePermit,
 }
@@ -448,8 +500,14 @@ pub fn serve_until(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Shutdown, ServerError> {
     let idle = Arc::new(larder_engine::IdleSignal::default());
+    // With rings, the runtime only accepts connections and waits for them
+    // to close: the ring threads serve them.
+    let runtime_threads = match config.io {
+        Io::Epoll => config.threads,
+        Io::Uring => 1,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.threads)
+        .worker_threads(runtime_threads)
         .thread_name("larder-worker")
         .max_io_events_per_tick(IO_EVENTS_PER_POLL_MAX)
         .max_io_events_per_busy_tick(IO_EVENTS_PER_BUSY_POLL_MAX)

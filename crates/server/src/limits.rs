@@ -62,6 +62,13 @@ pub const ACCEPT_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 /// How long graceful shutdown waits for connections to finish their
 /// current requests.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Submissions a ring thread (`--io uring`) queues before it must hand
+/// them to the kernel; a round hands them all over in one system call.
+pub const RING_SUBMISSIONS: u32 = 1024;
+/// Most completions a ring's queue holds (the kernel's own ceiling): past
+/// it the kernel keeps further ones aside, more slowly, rather than drop
+/// them.
+pub const RING_COMPLETIONS_MAX: u32 = 65536;
 
 const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
 const _: () =

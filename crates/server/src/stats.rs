@@ -450,6 +450,7 @@ impl ServerStats {
             b"larder_durability",
             config.durability.name().as_bytes(),
         );
+        write_stat(out, b"larder_io", config.io.name().as_bytes());
         write_stat(
             out,
             b"larder_data_dir",

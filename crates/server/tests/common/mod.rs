@@ -12,7 +12,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing)]
 
 use larder_engine::Durability;
-use larder_server::{Address, ServerConfig, ServerError, Shutdown};
+use larder_server::{Address, Io, ServerConfig, ServerError, Shutdown};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -54,8 +54,20 @@ impl TestServer {
         TestServer::start_with(config(dir, durability))
     }
 
-    /// Starts a server with `config`; panics if it cannot bind.
-    pub fn start_with(config: ServerConfig) -> TestServer {
+    /// Starts a server with `config`; panics if it cannot bind. With
+    /// `LARDER_TEST_IO` set (`epoll` or `uring`), the server serves its
+    /// connections that way, so that the whole suite can be run against
+    /// either.
+    pub fn start_with(mut config: ServerConfig) -> TestServer {
+        if let Ok(name) = std::env::var("LARDER_TEST_IO") {
+            config.io = Io::from_name(&name).expect("LARDER_TEST_IO is epoll or uring");
+        }
+        TestServer::start_as_given(config)
+    }
+
+    /// Starts a server with exactly `config`, whatever `LARDER_TEST_IO`
+    /// says; panics if it cannot bind.
+    pub fn start_as_given(config: ServerConfig) -> TestServer {
         let (ready_sender, ready) = std::sync::mpsc::channel();
         let (shutdown, shutdown_signal) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

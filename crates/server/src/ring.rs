@@ -1,0 +1,848 @@
+//! Serving connections on the server's own io_uring rings (`--io uring`).
+//!
+//! Each ring thread owns one ring and the connections handed to it. Its
+//! loop hands the kernel, in one `io_uring_enter`, every receive and send
+//! that its connections are ready for, and waits for at least one to
+//! complete: where tokio's tasks make a system call for each receive and
+//! each send, plus their share of `epoll_wait`, a busy ring thread makes
+//! one for many of them. What a connection reads is handled exactly as
+//! under tokio, by the same [`Exchange`].
+//!
+//! A connection's life, as in [`crate::connection`]: receive, parse and
+//! handle what came ([`Exchange::process`]), commit the batch's writes,
+//! send the replies, repeat. A receive waits without a timeout unless a
+//! request is partial; a reply is first sent with `MSG_DONTWAIT`, and only
+//! what the socket did not take waits, at most [`WRITE_TIMEOUT`]. A commit
+//! that must wait for a sync (`always`) is polled again when the engine
+//! wakes it, through the ring thread's mailbox.
+//!
+//! Accepting stays on tokio's runtime ([`crate::Server::run_until`]), which
+//! hands each connection to a ring thread in turn, with the guard that
+//! counts it open; the connection's task there only waits for the ring
+//! thread to drop the connection, so that the shutdown drains and cuts
+//! ring connections as it does tokio's.
+//!
+//! Memory the kernel reads or writes for an operation (a connection's
+//! input and output buffers, the bell's counter) stays put until that
+//! operation's completion has been seen: a connection is dropped only
+//! with no operation in flight, and a closing one cancels its own first.
+
+use crate::connection::{End, Exchange, Processed};
+use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, WRITE_TIMEOUT};
+use crate::session::Shared;
+use crate::Open;
+use bytes::BufMut;
+use io_uring::{opcode, squeue, types, IoUring};
+use larder_engine::{CommitFuture, IdleSignal, Ticket};
+use parking_lot::Mutex;
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// Whether this kernel lets the process set up a ring and has the
+/// operations the ring threads use (it may be too old, or a container's
+/// seccomp profile may refuse the system call).
+pub fn available() -> std::io::Result<()> {
+    let ring = IoUring::new(2)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    let needed = [
+        ("recv", opcode::Recv::CODE),
+        ("send", opcode::Send::CODE),
+        ("read", opcode::Read::CODE),
+        ("link timeout", opcode::LinkTimeout::CODE),
+        ("async cancel", opcode::AsyncCancel::CODE),
+    ];
+    match needed.iter().find(|(_, code)| !probe.is_supported(*code)) {
+        None => Ok(()),
+        Some((name, _)) => Err(std::io::Error::other(format!(
+            "the kernel's io_uring has no {name} operation"
+        ))),
+    }
+}
+
+/// The ring threads of a server.
+pub(crate) struct Rings {
+    threads: Vec<RingThread>,
+    next: AtomicUsize,
+}
+
+struct RingThread {
+    mailbox: Arc<Mailbox>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+/// A connection on its way to a ring thread.
+pub(crate) struct Arrival {
+    pub(crate) fd: OwnedFd,
+    pub(crate) open: Open,
+    /// Dropped with the connection: its task on the runtime then ends.
+    pub(crate) closed: oneshot::Sender<()>,
+}
+
+impl Rings {
+    /// Starts `count` ring threads serving connections with `shared`.
+    /// Each sets up its own ring: the kernel's cheapest mode lets only the
+    /// thread that made a ring submit to it.
+    pub(crate) fn start(count: usize, shared: &Arc<Shared>) -> std::io::Result<Rings> {
+        let idle = shared.engine.idle_signal();
+        // Connections are handed out in turn, but close in any order: one
+        // thread may hold them all.
+        let connections = shared.config.max_connections;
+        let mut threads = Vec::with_capacity(count);
+        for index in 0..count {
+            let mailbox = Arc::new(Mailbox::new()?);
+            let (ready, started) = std::sync::mpsc::sync_channel(1);
+            let (mailbox_there, shared, idle) =
+                (Arc::clone(&mailbox), Arc::clone(shared), idle.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("larder-ring-{index}"))
+                .spawn(move || {
+                    let ring = match build_ring(connections) {
+                        Ok(ring) => ring,
+                        Err(error) => {
+                            let _ = ready.send(Err(error));
+                            return;
+                        }
+                    };
+                    let _ = ready.send(Ok(()));
+                    Worker::new(ring, mailbox_there, shared, idle).run();
+                })?;
+            let outcome = started
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a ring thread ended at start")));
+            if let Err(error) = outcome {
+                let _ = handle.join();
+                Rings {
+                    threads,
+                    next: AtomicUsize::new(0),
+                }
+                .cut_and_join();
+                return Err(error);
+            }
+            threads.push(RingThread { mailbox, handle });
+        }
+        Ok(Rings {
+            threads,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Hands a connection to the next ring thread in turn.
+    pub(crate) fn hand(&self, arrival: Arrival) {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.threads.len();
+        self.threads[turn]
+            .mailbox
+            .post(|inbox| inbox.arrivals.push(arrival));
+    }
+
+    /// The server is shutting down: each connection finishes the requests
+    /// it has read, serves what the client sent before this without
+    /// waiting for more, and closes.
+    pub(crate) fn stop(&self) {
+        for thread in &self.threads {
+            thread.mailbox.post(|inbox| inbox.stop = true);
+        }
+    }
+
+    /// Closes every connection at once, then ends the threads and waits
+    /// for them.
+    pub(crate) fn cut_and_join(self) {
+        for thread in &self.threads {
+            thread.mailbox.post(|inbox| inbox.cut = true);
+        }
+        for thread in self.threads {
+            if thread.handle.join().is_err() {
+                tracing::error!("a ring thread panicked");
+            }
+        }
+    }
+}
+
+/// Sets up a ring for a thread that may serve up to `connections`
+/// connections: room in the queue of completions for each one's
+/// operations in flight at once (at most five: a receive or a send, its
+/// timeout, and the cancels of closing), up to the kernel's ceiling, past
+/// which the kernel keeps completions aside rather than drop them. Asks for
+/// the kernel's cheapest mode (completions reaped only by the one thread
+/// that submits, when it enters the kernel) where the kernel has it.
+fn build_ring(connections: usize) -> std::io::Result<IoUring> {
+    let completions = u32::try_from(connections.saturating_mul(5))
+        .unwrap_or(u32::MAX)
+        .clamp(2 * RING_SUBMISSIONS, RING_COMPLETIONS_MAX);
+    // Single issuer comes with deferred completions here (both Linux
+    // 6.1), so [`Worker::wait`] tells the mode by the first.
+    IoUring::builder()
+        .setup_cqsize(completions)
+        .setup_coop_taskrun()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(RING_SUBMISSIONS)
+        .or_else(|_| {
+            IoUring::builder()
+                .setup_cqsize(completions)
+                .build(RING_SUBMISSIONS)
+        })
+}
+
+/// What other threads tell a ring thread: new connections, commits the
+/// engine woke, and the shutdown. Posting rings the bell (an eventfd the
+/// ring thread always has a read waiting on) unless it is rung already.
+struct Mailbox {
+    inbox: Mutex<Inbox>,
+    rung: AtomicBool,
+    bell: OwnedFd,
+}
+
+#[derive(Default)]
+struct Inbox {
+    arrivals: Vec<Arrival>,
+    /// Slots of connections whose commit the engine woke.
+    woken: Vec<usize>,
+    stop: bool,
+    cut: bool,
+}
+
+impl Mailbox {
+    fn new() -> std::io::Result<Mailbox> {
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new
+        // descriptor that nothing else owns.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mailbox {
+            inbox: Mutex::new(Inbox::default()),
+            rung: AtomicBool::new(false),
+            // SAFETY: `fd` is the new descriptor, owned from here on.
+            bell: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    fn post(&self, put: impl FnOnce(&mut Inbox)) {
+        put(&mut self.inbox.lock());
+        if !self.rung.swap(true, Ordering::AcqRel) {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes the 8 bytes of `one` to the eventfd. It fails
+            // only if the counter would overflow, which takes 2^64 posts
+            // unread; the ring thread then still finds the inbox full.
+            unsafe { libc::write(self.bell.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+    }
+
+    /// Empties the inbox; the next post rings the bell again.
+    fn take(&self) -> Inbox {
+        self.rung.store(false, Ordering::Release);
+        std::mem::take(&mut *self.inbox.lock())
+    }
+}
+
+/// Ends the process if dropped by a panic. A ring thread's connections
+/// have buffers the kernel may be reading or writing; unwinding would free
+/// them under it, so a panic there (a bug) stops the server rather than
+/// closing the thread's connections. Under tokio a panic would end one
+/// connection's task.
+struct AbortOnPanic;
+
+impl Drop for AbortOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("a ring thread panicked: stopping the server");
+            std::process::abort();
+        }
+    }
+}
+
+/// Wakes a connection's commit: posts its slot to its ring thread.
+struct CommitWaker {
+    mailbox: Arc<Mailbox>,
+    slot: usize,
+}
+
+impl Wake for CommitWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let slot = self.slot;
+        self.mailbox.post(|inbox| inbox.woken.push(slot));
+    }
+}
+
+/// What an operation's completion is for: the low byte of its user data,
+/// above which is the connection's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Op {
+    Receive = 1,
+    Send = 2,
+    /// A linked timeout, on a receive or a send.
+    Timeout = 3,
+    Cancel = 4,
+}
+
+/// The bell's read, which belongs to no connection.
+const BELL: u64 = u64::MAX;
+
+fn user_data(slot: usize, op: Op) -> u64 {
+    ((slot as u64) << 8) | op as u64
+}
+
+fn op_of(user_data: u64) -> (usize, Option<Op>) {
+    let op = match user_data & 0xff {
+        1 => Some(Op::Receive),
+        2 => Some(Op::Send),
+        3 => Some(Op::Timeout),
+        4 => Some(Op::Cancel),
+        _ => None,
+    };
+    ((user_data >> 8) as usize, op)
+}
+
+/// Where a connection is in its loop.
+enum Phase {
+    /// A receive is in flight.
+    Receiving,
+    /// The batch's commit waits for a sync; then its replies go.
+    Committing(CommitFuture, Processed),
+    /// Replies are being sent; `sent` bytes of them are taken.
+    Sending { sent: usize, then: Processed },
+    /// Read at shutdown, to be served in the next round.
+    Ready,
+    /// Ended: waiting for its operations' completions, then dropped.
+    Closing,
+}
+
+struct Conn {
+    fd: OwnedFd,
+    exchange: Exchange,
+    phase: Phase,
+    /// Operations submitted whose completion has not been seen.
+    in_flight: u8,
+    /// A cancel of this connection's receive was asked for (at shutdown).
+    receive_cancelled: bool,
+    /// When replies that are waiting for room in the socket must be sent
+    /// by; `None` until a batch's first send leaves some.
+    write_deadline: Option<Instant>,
+    /// What is left of [`WRITE_TIMEOUT`], read by the kernel when a
+    /// waiting send's timeout is submitted. Boxed: it must not move.
+    write_timeout: Box<types::Timespec>,
+    waker: Waker,
+    _open: Open,
+    _closed: oneshot::Sender<()>,
+}
+
+/// One ring thread's state.
+struct Worker {
+    ring: IoUring,
+    mailbox: Arc<Mailbox>,
+    shared: Arc<Shared>,
+    idle: Option<Arc<IdleSignal>>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<usize>,
+    live: usize,
+    stopping: bool,
+    /// The bell's counter, read into by the bell's read. Boxed: it must not
+    /// move while the read is in flight.
+    bell_count: Box<u64>,
+    bell_reading: bool,
+    /// The partial-request timeout, read by the kernel when a receive's
+    /// timeout is submitted. Boxed: it must not move.
+    partial_timeout: Box<types::Timespec>,
+    /// Connections that read input at shutdown, to serve next round.
+    ready: Vec<usize>,
+    /// The completions of one round (user data, result), taken off the
+    /// queue before any is handled; kept between rounds for its memory.
+    completions: Vec<(u64, i32)>,
+}
+
+fn timespec(duration: Duration) -> Box<types::Timespec> {
+    Box::new(types::Timespec::from(duration))
+}
+
+impl Worker {
+    fn new(
+        ring: IoUring,
+        mailbox: Arc<Mailbox>,
+        shared: Arc<Shared>,
+        idle: Option<Arc<IdleSignal>>,
+    ) -> Worker {
+        let partial_timeout = timespec(shared.config.partial_request_timeout);
+        Worker {
+            ring,
+            mailbox,
+            shared,
+            idle,
+            conns: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            stopping: false,
+            bell_count: Box::new(0),
+            bell_reading: false,
+            partial_timeout,
+            ready: Vec::new(),
+            completions: Vec::with_capacity(RING_SUBMISSIONS as usize),
+        }
+    }
+
+    fn run(mut self) {
+        // Dropped before `self`, whose buffers the kernel may still be
+        // writing to: unwinding must not free them.
+        let _abort = AbortOnPanic;
+        self.read_bell();
+        let mut cut = false;
+        loop {
+            let inbox = self.mailbox.take();
+            for arrival in inbox.arrivals {
+                self.admit(arrival);
+            }
+            for slot in inbox.woken {
+                self.commit_woken(slot);
+            }
+            if inbox.stop && !self.stopping {
+                self.stopping = true;
+                self.cancel_receives();
+            }
+            if inbox.cut && !cut {
+                cut = true;
+                self.stopping = true;
+                self.close_all();
+            }
+            if cut && self.live == 0 {
+                break;
+            }
+            self.serve_ready();
+            self.wait();
+            self.reap();
+        }
+        self.stop_bell();
+    }
+
+    /// Submits what is queued and waits for at least one completion,
+    /// telling the engine first if this thread has nothing else to do; with
+    /// connections ready to serve, only submits.
+    fn wait(&mut self) {
+        let idle = self.ready.is_empty() && self.ring.completion().is_empty();
+        if idle {
+            if let Some(signal) = &self.idle {
+                signal.report();
+            }
+        }
+        // With completions deferred to the thread's own entries (the
+        // cheapest mode), even a round that must not wait asks for them,
+        // with a zero timeout, or other connections' would stay unseen.
+        let now = types::Timespec::new();
+        let no_wait = types::SubmitArgs::new().timespec(&now);
+        loop {
+            let entered = match (idle, self.ring.params().is_setup_single_issuer()) {
+                (true, _) => self.ring.submit_and_wait(1),
+                (false, true) => self.ring.submitter().submit_with_args(1, &no_wait),
+                (false, false) => self.ring.submit(),
+            };
+            match entered {
+                Ok(_) => return,
+                Err(error) if error.raw_os_error() == Some(libc::ETIME) => return,
+                Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+                    // The completion queue is full: reap, then submit.
+                    return;
+                }
+                Err(error) => panic!("io_uring_enter failed: {error}"),
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut completions = std::mem::take(&mut self.completions);
+        completions.extend(
+            self.ring
+                .completion()
+                .map(|cqe| (cqe.user_data(), cqe.result())),
+        );
+        for &(user_data, result) in &completions {
+            if user_data == BELL {
+                self.bell_reading = false;
+                if result != -libc::ECANCELED {
+                    self.read_bell();
+                }
+                continue;
+            }
+            let (slot, op) = op_of(user_data);
+            self.complete(slot, op, result);
+        }
+        completions.clear();
+        self.completions = completions;
+    }
+
+    fn read_bell(&mut self) {
+        let read = opcode::Read::new(
+            types::Fd(self.mailbox.bell.as_raw_fd()),
+            (&mut *self.bell_count as *mut u64).cast(),
+            8,
+        )
+        .build()
+        .user_data(BELL);
+        self.push(read);
+        self.bell_reading = true;
+    }
+
+    /// Cancels the bell's read and waits for its completion, so that its
+    /// counter may be freed.
+    fn stop_bell(&mut self) {
+        if !self.bell_reading {
+            return;
+        }
+        self.push(opcode::AsyncCancel::new(BELL).build().user_data(BELL - 1));
+        while self.bell_reading {
+            self.wait();
+            for cqe in self.ring.completion() {
+                if cqe.user_data() == BELL {
+                    self.bell_reading = false;
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, entry: squeue::Entry) {
+        self.push_all(&[entry]);
+    }
+
+    /// Queues an operation and its linked timeout together: split over two
+    /// submissions, the operation would end its batch unlinked and the
+    /// timeout fail alone.
+    fn push_linked(&mut self, operation: squeue::Entry, timeout: squeue::Entry) {
+        self.push_all(&[operation.flags(squeue::Flags::IO_LINK), timeout]);
+    }
+
+    fn push_all(&mut self, entries: &[squeue::Entry]) {
+        loop {
+            // SAFETY: every entry points only at memory that outlives its
+            // completion: a connection's buffers and write timeout (the
+            // connection is kept until its operations complete), the boxed
+            // bell counter and partial-request timeout (kept until the
+            // ring is dropped).
+            if unsafe { self.ring.submission().push_multiple(entries) }.is_ok() {
+                return;
+            }
+            if let Err(error) = self.ring.submit() {
+                if error.raw_os_error() != Some(libc::EINTR)
+                    && error.raw_os_error() != Some(libc::EBUSY)
+                {
+                    panic!("io_uring_enter failed: {error}");
+                }
+            }
+        }
+    }
+
+    fn admit(&mut self, arrival: Arrival) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        let waker = Waker::from(Arc::new(CommitWaker {
+            mailbox: Arc::clone(&self.mailbox),
+            slot,
+        }));
+        self.conns[slot] = Some(Conn {
+            fd: arrival.fd,
+            exchange: Exchange::new(Arc::clone(&self.shared)),
+            phase: Phase::Receiving,
+            in_flight: 0,
+            receive_cancelled: false,
+            write_deadline: None,
+            write_timeout: Box::new(types::Timespec::new()),
+            waker,
+            _open: arrival.open,
+            _closed: arrival.closed,
+        });
+        self.live += 1;
+        self.next_input(slot);
+    }
+
+    fn conn(&mut self, slot: usize) -> &mut Conn {
+        self.conns[slot].as_mut().expect("a live slot")
+    }
+
+    /// Handles one completion of a connection's operation.
+    fn complete(&mut self, slot: usize, op: Option<Op>, result: i32) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        conn.in_flight -= 1;
+        if matches!(conn.phase, Phase::Closing) {
+            if conn.in_flight == 0 {
+                self.release(slot);
+            }
+            return;
+        }
+        match op {
+            Some(Op::Receive) => self.received(slot, result),
+            Some(Op::Send) => self.sent(slot, result),
+            Some(Op::Timeout | Op::Cancel) | None => {}
+        }
+    }
+
+    fn received(&mut self, slot: usize, result: i32) {
+        let conn = self.conn(slot);
+        if result > 0 {
+            let read = result as usize;
+            // SAFETY: the kernel wrote `read` bytes into the spare room the
+            // receive was given, which starts at the buffer's length.
+            unsafe { conn.exchange.input.advance_mut(read) };
+            conn.exchange.session.counts.bytes_read.add(read as u64);
+            self.serve(slot);
+        } else if result == -libc::ECANCELED {
+            if conn.receive_cancelled {
+                // The shutdown cancelled it: read what is there, then close.
+                self.next_input(slot);
+            } else {
+                // Its linked timeout fired: a partial request sat too long.
+                self.end(slot, End::TimedOut);
+            }
+        } else {
+            self.end(slot, End::Done);
+        }
+    }
+
+    /// Parses and handles what the connection has read, then commits and
+    /// sends (or waits for the commit).
+    fn serve(&mut self, slot: usize) {
+        let conn = self.conn(slot);
+        let then = conn.exchange.process();
+        let ticket = conn.exchange.session.ticket;
+        if ticket != Ticket::NONE {
+            let mut commit = self.shared.engine.commit_async(ticket);
+            let conn = self.conn(slot);
+            match Pin::new(&mut commit).poll(&mut Context::from_waker(&conn.waker)) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(error)) => conn.exchange.commit_failed(&error),
+                Poll::Pending => {
+                    conn.phase = Phase::Committing(commit, then);
+                    return;
+                }
+            }
+        }
+        self.send(slot, 0, then);
+    }
+
+    fn commit_woken(&mut self, slot: usize) {
+        let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let Phase::Committing(commit, then) = &mut conn.phase else {
+            // A wake-up for a commit already settled, or a connection
+            // closed since.
+            return;
+        };
+        let then = *then;
+        match Pin::new(commit).poll(&mut Context::from_waker(&conn.waker)) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(error)) => conn.exchange.commit_failed(&error),
+            Poll::Pending => return,
+        }
+        self.send(slot, 0, then);
+    }
+
+    /// Sends the replies from byte `sent` on, then goes on with `then`.
+    /// The first attempt takes what the socket has room for without
+    /// waiting; what is left then waits for room, all of it within
+    /// [`WRITE_TIMEOUT`] of that first attempt, as under tokio.
+    fn send(&mut self, slot: usize, sent: usize, then: Processed) {
+        let conn = self.conn(slot);
+        let output = &conn.exchange.session.output;
+        if sent >= output.len() {
+            conn.exchange.batch_sent();
+            conn.write_deadline = None;
+            self.after_batch(slot, then);
+            return;
+        }
+        let rest = &output[sent..];
+        let waits = conn.write_deadline.is_some();
+        let send = opcode::Send::new(
+            types::Fd(conn.fd.as_raw_fd()),
+            rest.as_ptr(),
+            u32::try_from(rest.len()).unwrap_or(u32::MAX),
+        )
+        .flags(libc::MSG_NOSIGNAL | if waits { 0 } else { libc::MSG_DONTWAIT })
+        .build()
+        .user_data(user_data(slot, Op::Send));
+        conn.phase = Phase::Sending { sent, then };
+        let Some(deadline) = conn.write_deadline else {
+            conn.in_flight += 1;
+            self.push(send);
+            return;
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        *conn.write_timeout = types::Timespec::from(left);
+        let timeout = opcode::LinkTimeout::new(&*conn.write_timeout)
+            .build()
+            .user_data(user_data(slot, Op::Timeout));
+        conn.in_flight += 2;
+        self.push_linked(send, timeout);
+    }
+
+    fn sent(&mut self, slot: usize, result: i32) {
+        let conn = self.conn(slot);
+        let Phase::Sending { sent, then } = conn.phase else {
+            unreachable!("a send completed outside the sending phase");
+        };
+        let taken = match result {
+            taken if taken > 0 => taken as usize,
+            // No room at all on the first attempt: wait for it.
+            error if error == -libc::EAGAIN && conn.write_deadline.is_none() => 0,
+            error if error == -libc::ECANCELED => return self.end(slot, End::TimedOut),
+            _ => return self.end(slot, End::Done),
+        };
+        if conn.write_deadline.is_none() && sent + taken < conn.exchange.session.output.len() {
+            conn.write_deadline = Some(Instant::now() + WRITE_TIMEOUT);
+        }
+        self.send(slot, sent + taken, then);
+    }
+
+    /// A batch's replies are all sent: go on as [`Exchange::process`] said.
+    fn after_batch(&mut self, slot: usize, then: Processed) {
+        match then {
+            Processed::Close(end) => self.end(slot, end),
+            Processed::OutputFull => self.serve(slot),
+            Processed::NeedInput => self.next_input(slot),
+        }
+    }
+
+    /// Waits for more input; at shutdown, takes only what has come already
+    /// (served in the next round, see [`Worker::serve_ready`]) and closes
+    /// once there is none.
+    fn next_input(&mut self, slot: usize) {
+        let stopping = self.stopping;
+        let partial_timeout: *const types::Timespec = &*self.partial_timeout;
+        let conn = self.conn(slot);
+        conn.exchange.make_room_to_read();
+        let fd = conn.fd.as_raw_fd();
+        let room = conn.exchange.input.spare_capacity_mut();
+        let (at, room_bytes) = (room.as_mut_ptr().cast::<u8>(), room.len());
+        if stopping {
+            // Serve what the client sent before the shutdown (e.g. a
+            // pipeline of noreply sets), without waiting for more.
+            // SAFETY: receives into the buffer's spare room, `room_bytes`
+            // long, which nothing else uses meanwhile.
+            let read = unsafe { libc::recv(fd, at.cast(), room_bytes, libc::MSG_DONTWAIT) };
+            if read > 0 {
+                // SAFETY: the kernel wrote `read` bytes from the length on.
+                unsafe { conn.exchange.input.advance_mut(read as usize) };
+                conn.exchange.session.counts.bytes_read.add(read as u64);
+                conn.phase = Phase::Ready;
+                self.ready.push(slot);
+            } else {
+                self.end(slot, End::Done);
+            }
+            return;
+        }
+        let partial = conn.exchange.partial();
+        let receive = opcode::Recv::new(
+            types::Fd(fd),
+            at,
+            u32::try_from(room_bytes).unwrap_or(u32::MAX),
+        )
+        .build()
+        .user_data(user_data(slot, Op::Receive));
+        conn.phase = Phase::Receiving;
+        if partial {
+            conn.in_flight += 2;
+            let timeout = opcode::LinkTimeout::new(partial_timeout)
+                .build()
+                .user_data(user_data(slot, Op::Timeout));
+            self.push_linked(receive, timeout);
+        } else {
+            conn.in_flight += 1;
+            self.push(receive);
+        }
+    }
+
+    /// Serves the connections that read input at shutdown in the last
+    /// round. One round at a time, so that a client that keeps sending
+    /// while the server stops does not keep the thread from its other
+    /// connections, nor deepen its stack.
+    fn serve_ready(&mut self) {
+        let mut ready = std::mem::take(&mut self.ready);
+        for &slot in &ready {
+            let waiting = self.conns.get(slot).and_then(Option::as_ref);
+            if waiting.is_some_and(|conn| matches!(conn.phase, Phase::Ready)) {
+                self.serve(slot);
+            }
+        }
+        ready.clear();
+        if self.ready.is_empty() {
+            self.ready = ready;
+        }
+    }
+
+    /// The shutdown: every connection waiting for input stops waiting
+    /// (its receive completes cancelled, or with what had come).
+    fn cancel_receives(&mut self) {
+        for slot in 0..self.conns.len() {
+            let Some(conn) = self.conns[slot].as_mut() else {
+                continue;
+            };
+            if matches!(conn.phase, Phase::Receiving) {
+                conn.receive_cancelled = true;
+                conn.in_flight += 1;
+                let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Receive))
+                    .build()
+                    .user_data(user_data(slot, Op::Cancel));
+                self.push(cancel);
+            }
+        }
+    }
+
+    /// Closes every connection now, whatever it was doing.
+    fn close_all(&mut self) {
+        for slot in 0..self.conns.len() {
+            if self.conns[slot].is_some() {
+                self.end(slot, End::Done);
+            }
+        }
+    }
+
+    /// Ends a connection: no more input is read nor replies sent. It is
+    /// dropped (closed) once its operations in flight have completed,
+    /// which a cancel hurries.
+    fn end(&mut self, slot: usize, end: End) {
+        let conn = self.conn(slot);
+        if matches!(conn.phase, Phase::Closing) {
+            return;
+        }
+        if end == End::TimedOut {
+            self.shared
+                .stats
+                .timed_out_connections
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let conn = self.conn(slot);
+        conn.phase = Phase::Closing;
+        // SAFETY: shutdown takes no pointers; the descriptor is the
+        // connection's own and still open.
+        unsafe { libc::shutdown(conn.fd.as_raw_fd(), libc::SHUT_WR) };
+        if conn.in_flight == 0 {
+            self.release(slot);
+            return;
+        }
+        conn.in_flight += 2;
+        for op in [Op::Receive, Op::Send] {
+            let cancel = opcode::AsyncCancel::new(user_data(slot, op))
+                .build()
+                .user_data(user_data(slot, Op::Cancel));
+            self.push(cancel);
+        }
+    }
+
+    fn release(&mut self, slot: usize) {
+        self.conns[slot] = None;
+        self.free.push(slot);
+        self.live -= 1;
+    }
+}
