@@ -156,7 +156,7 @@ struct ServeArgs {
     /// How connections are served: epoll (tokio's tasks, a system call per
     /// receive and per send) or uring (io_uring rings, one per worker
     /// thread, each submitting many connections' receives and sends in one
-    /// system call; Linux 5.6 or later) [default: epoll].
+    /// system call; Linux 5.7 or later) [default: epoll].
     #[arg(long, value_name = "epoll|uring")]
     io: Option<String>,
     /// How long a half-received request may wait for its next bytes before

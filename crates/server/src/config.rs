@@ -122,7 +122,7 @@ pub enum Io {
     Epoll,
     /// The server's own io_uring rings, one per worker thread: each hands
     /// the kernel many connections' receives and sends in one system call
-    /// (Linux 5.6 or later; refused at start where the kernel or a
+    /// (Linux 5.7 or later; refused at start where the kernel or a
     /// container does not allow io_uring).
     Uring,
 }

@@ -87,7 +87,7 @@ pub enum ServerError {
     Runtime(std::io::Error),
     /// `--io uring` was asked for and the kernel refused a ring.
     #[error(
-        "cannot use io_uring ({0}): it needs Linux 5.6 or later, not refused by a \
+        "cannot use io_uring ({0}): it needs Linux 5.7 or later, not refused by a \
          container's seccomp profile or the kernel.io_uring_disabled sysctl; serve with --io epoll"
     )]
     Uring(std::io::Error),

@@ -49,6 +49,13 @@ use tokio::sync::oneshot;
 /// seccomp profile may refuse the system call).
 pub fn available() -> std::io::Result<()> {
     let ring = IoUring::new(2)?;
+    if !ring.params().is_feature_fast_poll() {
+        // Without it (before Linux 5.7) a waiting receive takes a kernel
+        // worker thread of its own.
+        return Err(std::io::Error::other(
+            "the kernel's io_uring cannot poll sockets itself",
+        ));
+    }
     let mut probe = io_uring::Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     let needed = [
@@ -357,6 +364,9 @@ struct Worker {
     partial_timeout: Box<types::Timespec>,
     /// Connections that read input at shutdown, to serve next round.
     ready: Vec<usize>,
+    /// Completions taken off the queue to make room while submitting, to
+    /// handle next round.
+    set_aside: Vec<(u64, i32)>,
     /// The completions of one round (user data, result), taken off the
     /// queue before any is handled; kept between rounds for its memory.
     completions: Vec<(u64, i32)>,
@@ -387,6 +397,7 @@ impl Worker {
             bell_reading: false,
             partial_timeout,
             ready: Vec::new(),
+            set_aside: Vec::new(),
             completions: Vec::with_capacity(RING_SUBMISSIONS as usize),
         }
     }
@@ -426,9 +437,10 @@ impl Worker {
 
     /// Submits what is queued and waits for at least one completion,
     /// telling the engine first if this thread has nothing else to do; with
-    /// connections ready to serve, only submits.
+    /// connections ready to serve or completions set aside, only submits.
     fn wait(&mut self) {
-        let idle = self.ready.is_empty() && self.ring.completion().is_empty();
+        let idle =
+            self.ready.is_empty() && self.set_aside.is_empty() && self.ring.completion().is_empty();
         if idle {
             if let Some(signal) = &self.idle {
                 signal.report();
@@ -449,8 +461,9 @@ impl Worker {
                 Ok(_) => return,
                 Err(error) if error.raw_os_error() == Some(libc::ETIME) => return,
                 Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
-                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
-                    // The completion queue is full: reap, then submit.
+                // The completion queue is full, or the kernel is short of
+                // memory for requests: reap, then submit again.
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
                     return;
                 }
                 Err(error) => panic!("io_uring_enter failed: {error}"),
@@ -460,6 +473,7 @@ impl Worker {
 
     fn reap(&mut self) {
         let mut completions = std::mem::take(&mut self.completions);
+        completions.append(&mut self.set_aside);
         completions.extend(
             self.ring
                 .completion()
@@ -530,12 +544,20 @@ impl Worker {
             if unsafe { self.ring.submission().push_multiple(entries) }.is_ok() {
                 return;
             }
-            if let Err(error) = self.ring.submit() {
-                if error.raw_os_error() != Some(libc::EINTR)
-                    && error.raw_os_error() != Some(libc::EBUSY)
-                {
-                    panic!("io_uring_enter failed: {error}");
+            match self.ring.submit() {
+                Ok(_) => {}
+                Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
+                Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
+                    // The kernel takes no submissions until completions are
+                    // taken off its queue: set them aside for the next
+                    // round (this may be in the middle of handling one).
+                    let completions = self
+                        .ring
+                        .completion()
+                        .map(|cqe| (cqe.user_data(), cqe.result()));
+                    self.set_aside.extend(completions);
                 }
+                Err(error) => panic!("io_uring_enter failed: {error}"),
             }
         }
     }
@@ -801,6 +823,7 @@ impl Worker {
 
     /// Closes every connection now, whatever it was doing.
     fn close_all(&mut self) {
+        self.ready.clear();
         for slot in 0..self.conns.len() {
             if self.conns[slot].is_some() {
                 self.end(slot, End::Done);
