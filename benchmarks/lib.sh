@@ -348,10 +348,10 @@ busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; 
 # server_command ARRAY NAME PORT DIR LARDER_BINARY: sets the array named
 # ARRAY to the command that starts server NAME (memcached, redis-none,
 # redis-everysec, redis-always, larder-none, larder-everysec or
-# larder-always) on 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
+# larder-always, each Larder also with -uring: --io uring) on 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
 # worker threads (Redis is single-threaded by design) and MEMORY_MB of
 # memory; Larder is LARDER_BINARY. ARRAY must not be one of its own locals
-# (out, name, port, dir, larder, aof).
+# (out, name, port, dir, larder, aof, durability, io).
 server_command() {
     local -n out="$1"
     local name="$2" port="$3" dir="$4" larder="$5"
@@ -371,8 +371,13 @@ server_command() {
                 "${aof[@]}" --dir "$dir" --maxclients 4096 --logfile '')
             ;;
         larder-*)
+            local durability="${name#larder-}" io=()
+            if [[ "$durability" == *-uring ]]; then
+                durability="${durability%-uring}"
+                io=(--io uring)
+            fi
             out=("$larder" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
-                -c 4096 --data-dir "$dir" --durability "${name#larder-}")
+                -c 4096 --data-dir "$dir" --durability "$durability" "${io[@]}")
             ;;
         *) die "no command for server '$name'";;
     esac
@@ -422,8 +427,12 @@ want_descriptors() {
     fi
 }
 
-# The servers compare.sh and pairs.sh know how to start (server_command).
-KV_SERVERS="memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always"
+# The servers compare.sh and pairs.sh know how to start (server_command); a
+# Larder name ending in -uring serves its connections on io_uring rings
+# (larder serve --io uring).
+KV_SERVERS="memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always
+larder-none-uring larder-everysec-uring larder-always-uring"
+KV_SERVERS="${KV_SERVERS//$'\n'/ }"
 
 # known_server NAME: dies unless NAME is one of KV_SERVERS.
 known_server() {

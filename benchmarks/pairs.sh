@@ -9,7 +9,8 @@
 # Usage: A=SPEC B=SPEC benchmarks/pairs.sh          (see BENCHMARKS.md)
 #
 # SPEC is a server name as compare.sh knows it (memcached, redis-none,
-# redis-everysec, redis-always, larder-none, larder-everysec, larder-always),
+# redis-everysec, redis-always, larder-none, larder-everysec, larder-always,
+# and each Larder with -uring for --io uring, e.g. larder-everysec-uring),
 # and for Larder optionally ":BINARY", e.g.
 #   A=larder-always:/tmp/old/larder B=larder-always benchmarks/pairs.sh
 # A Larder without a binary is LARDER (below).
