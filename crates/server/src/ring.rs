@@ -125,19 +125,19 @@ impl Rings {
                 .unwrap_or_else(|_| Err(std::io::Error::other("a ring thread ended at start")));
             if let Err(error) = outcome {
                 let _ = handle.join();
-                Rings {
-                    threads,
-                    next: AtomicUsize::new(0),
-                }
-                .cut_and_join();
+                Rings::of(threads).cut_and_join();
                 return Err(error);
             }
             threads.push(RingThread { mailbox, handle });
         }
-        Ok(Rings {
+        Ok(Rings::of(threads))
+    }
+
+    fn of(threads: Vec<RingThread>) -> Rings {
+        Rings {
             threads,
             next: AtomicUsize::new(0),
-        })
+        }
     }
 
     /// Hands a connection to the next ring thread in turn.
@@ -163,10 +163,9 @@ impl Rings {
         for thread in &self.threads {
             thread.mailbox.post(|inbox| inbox.cut = true);
         }
+        // A ring thread never unwinds (see [`AbortOnPanic`]).
         for thread in self.threads {
-            if thread.handle.join().is_err() {
-                tracing::error!("a ring thread panicked");
-            }
+            let _ = thread.handle.join();
         }
     }
 }
@@ -352,8 +351,8 @@ struct Worker {
     shared: Arc<Shared>,
     idle: Option<Arc<IdleSignal>>,
     conns: Vec<Option<Conn>>,
+    /// Slots of `conns` that hold no connection.
     free: Vec<usize>,
-    live: usize,
     stopping: bool,
     /// The bell's counter, read into by the bell's read. Boxed: it must not
     /// move while the read is in flight.
@@ -391,7 +390,6 @@ impl Worker {
             idle,
             conns: Vec::new(),
             free: Vec::new(),
-            live: 0,
             stopping: false,
             bell_count: Box::new(0),
             bell_reading: false,
@@ -414,7 +412,7 @@ impl Worker {
                 self.admit(arrival);
             }
             for slot in inbox.woken {
-                self.commit_woken(slot);
+                self.poll_commit(slot);
             }
             if inbox.stop && !self.stopping {
                 self.stopping = true;
@@ -425,7 +423,7 @@ impl Worker {
                 self.stopping = true;
                 self.close_all();
             }
-            if cut && self.live == 0 {
+            if cut && self.free.len() == self.conns.len() {
                 break;
             }
             self.serve_ready();
@@ -583,7 +581,6 @@ impl Worker {
             _open: arrival.open,
             _closed: arrival.closed,
         });
-        self.live += 1;
         self.next_input(slot);
     }
 
@@ -638,22 +635,18 @@ impl Worker {
         let conn = self.conn(slot);
         let then = conn.exchange.process();
         let ticket = conn.exchange.session.ticket;
-        if ticket != Ticket::NONE {
-            let mut commit = self.shared.engine.commit_async(ticket);
-            let conn = self.conn(slot);
-            match Pin::new(&mut commit).poll(&mut Context::from_waker(&conn.waker)) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(error)) => conn.exchange.commit_failed(&error),
-                Poll::Pending => {
-                    conn.phase = Phase::Committing(commit, then);
-                    return;
-                }
-            }
+        if ticket == Ticket::NONE {
+            self.send(slot, 0, then);
+            return;
         }
-        self.send(slot, 0, then);
+        let commit = self.shared.engine.commit_async(ticket);
+        self.conn(slot).phase = Phase::Committing(commit, then);
+        self.poll_commit(slot);
     }
 
-    fn commit_woken(&mut self, slot: usize) {
+    /// Polls a connection's commit, at first and whenever the engine wakes
+    /// it; once settled, sends the batch's replies.
+    fn poll_commit(&mut self, slot: usize) {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
@@ -866,6 +859,5 @@ impl Worker {
     fn release(&mut self, slot: usize) {
         self.conns[slot] = None;
         self.free.push(slot);
-        self.live -= 1;
     }
 }
