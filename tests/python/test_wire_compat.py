@@ -536,6 +536,8 @@ COUNTED = {
     b"append {k}a 0 0 1\r\ny\r\nreplace {k}zz 0 0 1\r\nx\r\nms {k}c 1\r\nz\r\nms {k}c 1 ME\r\nz\r\n",
     "mg_vivify": b"mg {k}v N30 v\r\nmg {k}v v\r\n",
     # Each flushed item counts once, whatever finds it: memcached unlinks it.
+    # Both servers also reclaim flushed items in the background, so how many
+    # a request finds first is a race (RACED below).
     "flushed": b"set {k}a 0 0 1\r\nx\r\nset {k}b 0 0 1\r\nx\r\nset {k}c 0 0 1\r\nx\r\nflush_all\r\n"
     b"get {k}a\r\nmg {k}a v\r\ndelete {k}b\r\nincr {k}c 1\r\nadd {k}c 0 0 1\r\ny\r\n",
     # Stored already expired (a negative exptime): found expired once.
@@ -545,6 +547,11 @@ COUNTED = {
     "ma_vivify": b"ma {k}n N0 J5 v\r\nma {k}n v\r\nma {k}zz\r\nma {k}n MD D2 v\r\n"
     b"incr {k}n 1\r\nincr {k}zz 1\r\ndecr {k}n 1\r\n",
 }
+
+# Counters that background reclaiming moves or not, by timing, in both
+# servers: each may move by up to the number of items, never more. The
+# once-per-item rule itself is pinned without a race in the engine's tests.
+RACED = {"flushed": {"get_flushed": 3}}
 
 
 def counters(address: Tuple[str, int]) -> Dict[str, int]:
@@ -562,6 +569,10 @@ def test_stats_counters_move_as_memcached_s(name, module_memcached, module_larde
         ask(server.address, request)
         after = counters(server.address)
         moved.append({counter: after[counter] - before[counter] for counter in COUNTERS})
+    for counter, most in RACED.get(name, {}).items():
+        for server, counts in zip(("memcached", "larder"), moved):
+            by = counts.pop(counter)
+            assert 0 <= by <= most, f"{server}'s {counter} moved by {by}, more than {most}"
     assert moved[1] == moved[0], f"memcached {moved[0]}\nlarder    {moved[1]}"
 
 
