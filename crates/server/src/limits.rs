@@ -69,6 +69,11 @@ pub const RING_SUBMISSIONS: u32 = 1024;
 /// it the kernel keeps further ones aside, more slowly, rather than drop
 /// them.
 pub const RING_COMPLETIONS_MAX: u32 = 65536;
+/// A ring thread yields its CPU at most this often while it has work. A
+/// busy ring thread finds completions waiting at each round and never
+/// sleeps, so a thread waiting for its CPU (a client on the same host, the
+/// sync thread) would wait for the scheduler's tick, 4 ms at 250 Hz.
+pub const RING_YIELD_INTERVAL: Duration = Duration::from_micros(200);
 
 const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
 const _: () =

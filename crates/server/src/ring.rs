@@ -8,6 +8,11 @@
 //! one for many of them. What a connection reads is handled exactly as
 //! under tokio, by the same [`Exchange`].
 //!
+//! Where tokio's workers give up their CPU whenever `epoll_wait` finds
+//! nothing, a busy ring thread finds completions at every round; it
+//! yields its CPU every [`RING_YIELD_INTERVAL`] so that other threads on
+//! it are not kept waiting for the scheduler's tick.
+//!
 //! A connection's life, as in [`crate::connection`]: receive, parse and
 //! handle what came ([`Exchange::process`]), commit the batch's writes,
 //! send the replies, repeat. A receive waits without a timeout unless a
@@ -28,7 +33,7 @@
 //! with no operation in flight, and a closing one cancels its own first.
 
 use crate::connection::{End, Exchange, Processed};
-use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, WRITE_TIMEOUT};
+use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, RING_YIELD_INTERVAL, WRITE_TIMEOUT};
 use crate::session::Shared;
 use crate::Open;
 use bytes::BufMut;
@@ -406,6 +411,7 @@ impl Worker {
         let _abort = AbortOnPanic;
         self.read_bell();
         let mut cut = false;
+        let mut yielded = Instant::now();
         loop {
             let inbox = self.mailbox.take();
             for arrival in inbox.arrivals {
@@ -429,6 +435,10 @@ impl Worker {
             self.serve_ready();
             self.wait();
             self.reap();
+            if yielded.elapsed() >= RING_YIELD_INTERVAL {
+                std::thread::yield_now();
+                yielded = Instant::now();
+            }
         }
         self.stop_bell();
     }
