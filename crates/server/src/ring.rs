@@ -255,10 +255,27 @@ impl Mailbox {
 
 /// Ends the process if dropped by a panic. A ring thread's connections
 /// have buffers the kernel may be reading or writing; unwinding would free
-/// them under it, so a panic there (a bug) stops the server rather than
-/// closing the thread's connections. Under tokio a panic would end one
-/// connection's task.
+/// them under it, so a panic in the ring thread's own work (a bug) stops
+/// the server rather than closing the thread's connections. Handling a
+/// connection's requests is [`contained`].
 struct AbortOnPanic;
+
+/// Runs the part of a connection's work that handles its requests (the
+/// protocol, the engine, the commit): a panic there (a bug) unwinds no
+/// further than this, and the caller ends that one connection, as a panic
+/// in its task would under tokio, while the thread serves the others.
+/// Nothing of the ring's is touched meanwhile: the kernel may be using
+/// this connection's buffers only for operations the caller's end then
+/// cancels and waits for. `None` if it panicked.
+fn contained<R>(work: impl FnOnce() -> R) -> Option<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(result) => Some(result),
+        Err(_) => {
+            tracing::error!("handling a connection's requests panicked: closing the connection");
+            None
+        }
+    }
+}
 
 impl Drop for AbortOnPanic {
     fn drop(&mut self) {
@@ -642,16 +659,24 @@ impl Worker {
     /// Parses and handles what the connection has read, then commits and
     /// sends (or waits for the commit).
     fn serve(&mut self, slot: usize) {
-        let conn = self.conn(slot);
-        let then = conn.exchange.process();
-        let ticket = conn.exchange.session.ticket;
-        if ticket == Ticket::NONE {
-            self.send(slot, 0, then);
-            return;
+        let conn = self.conns[slot].as_mut().expect("a live slot");
+        let engine = &self.shared.engine;
+        let handled = contained(|| {
+            #[cfg(test)]
+            tests::panic_if_asked(&conn.exchange.input);
+            let then = conn.exchange.process();
+            let ticket = conn.exchange.session.ticket;
+            let commit = (ticket != Ticket::NONE).then(|| engine.commit_async(ticket));
+            (then, commit)
+        });
+        match handled {
+            None => self.end(slot, End::Done),
+            Some((then, None)) => self.send(slot, 0, then),
+            Some((then, Some(commit))) => {
+                self.conn(slot).phase = Phase::Committing(commit, then);
+                self.poll_commit(slot);
+            }
         }
-        let commit = self.shared.engine.commit_async(ticket);
-        self.conn(slot).phase = Phase::Committing(commit, then);
-        self.poll_commit(slot);
     }
 
     /// Polls a connection's commit, at first and whenever the engine wakes
@@ -666,10 +691,12 @@ impl Worker {
             return;
         };
         let then = *then;
-        match Pin::new(commit).poll(&mut Context::from_waker(&conn.waker)) {
-            Poll::Ready(Ok(())) => {}
-            Poll::Ready(Err(error)) => conn.exchange.commit_failed(&error),
-            Poll::Pending => return,
+        let waker = &conn.waker;
+        match contained(|| Pin::new(commit).poll(&mut Context::from_waker(waker))) {
+            None => return self.end(slot, End::Done),
+            Some(Poll::Ready(Ok(()))) => {}
+            Some(Poll::Ready(Err(error))) => conn.exchange.commit_failed(&error),
+            Some(Poll::Pending) => return,
         }
         self.send(slot, 0, then);
     }
@@ -869,5 +896,96 @@ impl Worker {
     fn release(&mut self, slot: usize) {
         self.conns[slot] = None;
         self.free.push(slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ServerStats;
+    use crate::ServerConfig;
+    use larder_engine::fs::MemFs;
+    use larder_engine::{Clock, Config, Durability, Engine};
+    use larder_protocol::Limits;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    use tokio::sync::Semaphore;
+
+    /// Input starting with this panics while it is handled.
+    const PANIC: &[u8] = b"panic-for-test\r\n";
+
+    pub(super) fn panic_if_asked(input: &[u8]) {
+        if input.starts_with(PANIC) {
+            panic!("asked to panic");
+        }
+    }
+
+    fn shared() -> Arc<Shared> {
+        let mut config = Config::new("/data");
+        config.durability = Durability::EverySec;
+        config.background_threads = false;
+        let engine = Engine::open_with(config, Arc::new(MemFs::new()), Clock::system()).unwrap();
+        Arc::new(Shared {
+            engine: Arc::new(engine),
+            stats: ServerStats::default(),
+            config: ServerConfig::default(),
+            limits: Limits::default(),
+        })
+    }
+
+    /// Hands one end of a new socket pair to `rings`; returns the other
+    /// end and what tells that the ring thread dropped its connection.
+    fn connect(rings: &Rings, shared: &Arc<Shared>) -> (UnixStream, oneshot::Receiver<()>) {
+        let (client, server) = UnixStream::pair().unwrap();
+        // A hang is a failure, not a wait without end.
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        shared
+            .stats
+            .curr_connections
+            .fetch_add(1, Ordering::Relaxed);
+        let open = crate::Open {
+            shared: Arc::clone(shared),
+            _permit: Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap(),
+        };
+        let (closed, dropped) = oneshot::channel();
+        rings.hand(Arrival {
+            fd: OwnedFd::from(server),
+            open,
+            closed,
+        });
+        (client, dropped)
+    }
+
+    fn call(client: &mut UnixStream, request: &[u8], reply: &[u8]) {
+        client.write_all(request).unwrap();
+        let mut got = vec![0; reply.len()];
+        client.read_exact(&mut got).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(reply)
+        );
+    }
+
+    #[test]
+    fn a_panic_handling_requests_closes_that_connection_and_the_ring_serves_the_others() {
+        let shared = shared();
+        let rings = Rings::start(1, &shared).unwrap();
+        let (mut kept, _) = connect(&rings, &shared);
+        let (mut panicking, dropped) = connect(&rings, &shared);
+        call(&mut kept, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+
+        panicking.write_all(PANIC).unwrap();
+        let mut rest = Vec::new();
+        assert_eq!(panicking.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
+        dropped.blocking_recv().unwrap_err();
+        assert_eq!(shared.stats.curr_connections.load(Ordering::Relaxed), 1);
+
+        call(&mut kept, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+        let (mut later, _) = connect(&rings, &shared);
+        call(&mut later, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+        rings.stop();
+        rings.cut_and_join();
     }
 }
