@@ -5,11 +5,15 @@
 //! installs it.
 
 use larder_bench::{run, BenchOptions, Ratio};
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const MEMCACHED: &str = "/usr/bin/memcached";
+/// How long a probe waits for memcached's answer before it asks again.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Stops memcached by its PID however the test ends.
 struct ServerGuard(Child);
@@ -26,18 +30,43 @@ fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// Whether a memcached answers `version` on `stream`. A bare connect
+/// proves only that something accepts there: if the port found free was
+/// taken again before memcached could bind it, memcached exits, and the
+/// connect reaches whatever took it (or, on a port of the ephemeral range
+/// that connects pick, the connecting socket itself).
+fn answers_version(mut stream: impl Read + Write) -> bool {
+    let mut reply = [0u8; 8];
+    stream.write_all(b"version\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && reply == *b"VERSION "
+}
+
 fn start_memcached() -> Option<(ServerGuard, u16)> {
-    let port = free_port();
-    let listen_flags = ["-p", &port.to_string(), "-l", "127.0.0.1"];
-    let guard = spawn_memcached(&listen_flags, || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })?;
-    Some((guard, port))
+    // The port found free may be taken again before memcached binds it:
+    // then it exits, and another port is tried.
+    for _ in 0..5 {
+        let port = free_port();
+        let listen_flags = ["-p", &port.to_string(), "-l", "127.0.0.1"];
+        let started = spawn_memcached(&listen_flags, || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok_and(|stream| {
+                stream.set_read_timeout(Some(ANSWER_TIMEOUT)).is_ok() && answers_version(stream)
+            })
+        })?;
+        if let Some(guard) = started {
+            return Some((guard, port));
+        }
+    }
+    panic!("memcached exited at start on five free ports in a row");
 }
 
 /// Starts memcached with `listen_flags` (its listening flags) and waits until
-/// `listening` says it accepts connections.
-fn spawn_memcached(listen_flags: &[&str], listening: impl Fn() -> bool) -> Option<ServerGuard> {
+/// `listening` says it serves. `None` if memcached is not installed;
+/// `Some(None)` if it exited first (a listening address already taken).
+fn spawn_memcached(
+    listen_flags: &[&str],
+    listening: impl Fn() -> bool,
+) -> Option<Option<ServerGuard>> {
     if !std::path::Path::new(MEMCACHED).exists() {
         eprintln!("skipping: {MEMCACHED} is not installed");
         return None;
@@ -47,16 +76,20 @@ fn spawn_memcached(listen_flags: &[&str], listening: impl Fn() -> bool) -> Optio
         .args(listen_flags)
         .spawn()
         .expect("start memcached");
-    let guard = ServerGuard(child);
+    let mut guard = ServerGuard(child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while !listening() {
+        if let Some(status) = guard.0.try_wait().expect("memcached's status") {
+            eprintln!("memcached exited at start ({status}) with {listen_flags:?}");
+            return Some(None);
+        }
         assert!(
             Instant::now() < deadline,
             "memcached did not listen ({listen_flags:?})"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some(guard)
+    Some(Some(guard))
 }
 
 #[test]
@@ -108,11 +141,14 @@ fn a_run_over_memcacheds_unix_socket_hits_preloaded_keys() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("memcached.sock");
     let path_text = path.to_str().expect("a UTF-8 path");
-    let Some(_memcached) = spawn_memcached(&["-s", path_text], || {
-        std::os::unix::net::UnixStream::connect(&path).is_ok()
+    let Some(started) = spawn_memcached(&["-s", path_text], || {
+        UnixStream::connect(&path).is_ok_and(|stream| {
+            stream.set_read_timeout(Some(ANSWER_TIMEOUT)).is_ok() && answers_version(stream)
+        })
     }) else {
         return;
     };
+    let _memcached = started.expect("memcached listens on a new socket path");
     let report = run(BenchOptions {
         target: path_text.to_owned(),
         threads: 1,
