@@ -413,11 +413,7 @@ fn accept<S: Socket>(
         return;
     };
     stats.total_connections.fetch_add(1, Ordering::Relaxed);
-    stats.curr_connections.fetch_add(1, Ordering::Relaxed);
-    let open = Open {
-        shared: Arc::clone(shared),
-        _permit: permit,
-    };
+    let open = Open::new(Arc::clone(shared), permit);
     if let Some(rings) = rings {
         let fd = match stream.into_fd() {
             Ok(fd) => fd,
@@ -449,6 +445,20 @@ fn accept<S: Socket>(
 pub(crate) struct Open {
     shared: Arc<Shared>,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Open {
+    /// Counts a connection open (`curr_connections`) until this is dropped.
+    fn new(shared: Arc<Shared>, permit: OwnedSemaphorePermit) -> Open {
+        shared
+            .stats
+            .curr_connections
+            .fetch_add(1, Ordering::Relaxed);
+        Open {
+            shared,
+            _permit: permit,
+        }
+    }
 }
 
 impl Drop for Open {

@@ -10,8 +10,8 @@
 //!
 //! Where tokio's workers give up their CPU whenever `epoll_wait` finds
 //! nothing, a busy ring thread finds completions at every round; it
-//! yields its CPU every [`RING_YIELD_INTERVAL`] so that other threads on
-//! it are not kept waiting for the scheduler's tick.
+//! yields its CPU at most every [`RING_YIELD_INTERVAL`] so that other
+//! threads on it are not kept waiting for the scheduler's tick.
 //!
 //! A connection's life, as in [`crate::connection`]: receive, parse and
 //! handle what came ([`Exchange::process`]), commit the batch's writes,
@@ -902,11 +902,8 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::ServerStats;
-    use crate::ServerConfig;
     use larder_engine::fs::MemFs;
-    use larder_engine::{Clock, Config, Durability, Engine};
-    use larder_protocol::Limits;
+    use larder_engine::Durability;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
     use tokio::sync::Semaphore;
@@ -920,19 +917,6 @@ mod tests {
         }
     }
 
-    fn shared() -> Arc<Shared> {
-        let mut config = Config::new("/data");
-        config.durability = Durability::EverySec;
-        config.background_threads = false;
-        let engine = Engine::open_with(config, Arc::new(MemFs::new()), Clock::system()).unwrap();
-        Arc::new(Shared {
-            engine: Arc::new(engine),
-            stats: ServerStats::default(),
-            config: ServerConfig::default(),
-            limits: Limits::default(),
-        })
-    }
-
     /// Hands one end of a new socket pair to `rings`; returns the other
     /// end and what tells that the ring thread dropped its connection.
     fn connect(rings: &Rings, shared: &Arc<Shared>) -> (UnixStream, oneshot::Receiver<()>) {
@@ -941,14 +925,8 @@ mod tests {
         client
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        shared
-            .stats
-            .curr_connections
-            .fetch_add(1, Ordering::Relaxed);
-        let open = crate::Open {
-            shared: Arc::clone(shared),
-            _permit: Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap(),
-        };
+        let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        let open = crate::Open::new(Arc::clone(shared), permit);
         let (closed, dropped) = oneshot::channel();
         rings.hand(Arrival {
             fd: OwnedFd::from(server),
@@ -970,16 +948,23 @@ mod tests {
 
     #[test]
     fn a_panic_handling_requests_closes_that_connection_and_the_ring_serves_the_others() {
-        let shared = shared();
+        let shared = Shared::on_memory(&MemFs::new(), Durability::EverySec);
         let rings = Rings::start(1, &shared).unwrap();
         let (mut kept, _) = connect(&rings, &shared);
-        let (mut panicking, dropped) = connect(&rings, &shared);
+        let (mut panicking, mut dropped) = connect(&rings, &shared);
         call(&mut kept, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
 
         panicking.write_all(PANIC).unwrap();
         let mut rest = Vec::new();
         assert_eq!(panicking.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
-        dropped.blocking_recv().unwrap_err();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dropped.try_recv() == Err(oneshot::error::TryRecvError::Empty) {
+            assert!(
+                Instant::now() < deadline,
+                "the connection was never dropped"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(shared.stats.curr_connections.load(Ordering::Relaxed), 1);
 
         call(&mut kept, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");

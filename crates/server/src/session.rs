@@ -46,6 +46,28 @@ pub struct Shared {
     pub limits: Limits,
 }
 
+#[cfg(test)]
+impl Shared {
+    /// State for unit tests: an engine on `fs` with `durability` and no
+    /// background threads, and the default server configuration.
+    pub(crate) fn on_memory(
+        fs: &larder_engine::fs::MemFs,
+        durability: larder_engine::Durability,
+    ) -> Arc<Shared> {
+        let mut config = larder_engine::Config::new("/data");
+        config.durability = durability;
+        config.background_threads = false;
+        let fs = Arc::new(fs.clone());
+        let engine = Engine::open_with(config, fs, larder_engine::Clock::system()).unwrap();
+        Arc::new(Shared {
+            engine: Arc::new(engine),
+            stats: ServerStats::default(),
+            config: ServerConfig::default(),
+            limits: Limits::default(),
+        })
+    }
+}
+
 /// Per-connection request handling. See the module documentation.
 pub struct Session {
     pub(crate) shared: Arc<Shared>,
@@ -269,21 +291,12 @@ const VERBOSITY_MAX: u32 = 2;
 mod tests {
     use super::*;
     use larder_engine::fs::{FaultKind, MemFs};
-    use larder_engine::{Clock, Config, Durability};
+    use larder_engine::Durability;
     use larder_protocol::{parse, Parsed};
 
     /// A session over an engine on `fs` that acknowledges after a sync.
     fn session(fs: &MemFs) -> Session {
-        let mut config = Config::new("/data");
-        config.durability = Durability::Always;
-        config.background_threads = false;
-        let engine = Engine::open_with(config, Arc::new(fs.clone()), Clock::system()).unwrap();
-        Session::new(Arc::new(Shared {
-            engine: Arc::new(engine),
-            stats: ServerStats::default(),
-            config: ServerConfig::default(),
-            limits: Limits::default(),
-        }))
+        Session::new(Shared::on_memory(fs, Durability::Always))
     }
 
     /// What a connection does once a batch is handled: commit, on failure
