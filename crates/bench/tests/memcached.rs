@@ -42,7 +42,17 @@ fn answers_version(mut stream: impl Read + Write) -> bool {
         && reply == *b"VERSION "
 }
 
-fn start_memcached() -> Option<(ServerGuard, u16)> {
+/// Whether memcached is installed; says so when it is not, and the test
+/// is skipped.
+fn installed() -> bool {
+    let there = std::path::Path::new(MEMCACHED).exists();
+    if !there {
+        eprintln!("skipping: {MEMCACHED} is not installed");
+    }
+    there
+}
+
+fn start_memcached() -> (ServerGuard, u16) {
     // The port found free may be taken again before memcached binds it:
     // then it exits, and another port is tried.
     for _ in 0..5 {
@@ -52,25 +62,18 @@ fn start_memcached() -> Option<(ServerGuard, u16)> {
             TcpStream::connect(("127.0.0.1", port)).is_ok_and(|stream| {
                 stream.set_read_timeout(Some(ANSWER_TIMEOUT)).is_ok() && answers_version(stream)
             })
-        })?;
+        });
         if let Some(guard) = started {
-            return Some((guard, port));
+            return (guard, port);
         }
     }
     panic!("memcached exited at start on five free ports in a row");
 }
 
 /// Starts memcached with `listen_flags` (its listening flags) and waits until
-/// `listening` says it serves. `None` if memcached is not installed;
-/// `Some(None)` if it exited first (a listening address already taken).
-fn spawn_memcached(
-    listen_flags: &[&str],
-    listening: impl Fn() -> bool,
-) -> Option<Option<ServerGuard>> {
-    if !std::path::Path::new(MEMCACHED).exists() {
-        eprintln!("skipping: {MEMCACHED} is not installed");
-        return None;
-    }
+/// `listening` says it serves; `None` if it exited first (a listening
+/// address already taken).
+fn spawn_memcached(listen_flags: &[&str], listening: impl Fn() -> bool) -> Option<ServerGuard> {
     let child = Command::new(MEMCACHED)
         .args(["-u", "root", "-U", "0"])
         .args(listen_flags)
@@ -81,7 +84,7 @@ fn spawn_memcached(
     while !listening() {
         if let Some(status) = guard.0.try_wait().expect("memcached's status") {
             eprintln!("memcached exited at start ({status}) with {listen_flags:?}");
-            return Some(None);
+            return None;
         }
         assert!(
             Instant::now() < deadline,
@@ -89,14 +92,15 @@ fn spawn_memcached(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some(Some(guard))
+    Some(guard)
 }
 
 #[test]
 fn pipelined_run_against_memcached_hits_preloaded_keys() {
-    let Some((_memcached, port)) = start_memcached() else {
+    if !installed() {
         return;
-    };
+    }
+    let (_memcached, port) = start_memcached();
     let started = Instant::now();
     let report = run(BenchOptions {
         target: format!("127.0.0.1:{port}"),
@@ -141,14 +145,15 @@ fn a_run_over_memcacheds_unix_socket_hits_preloaded_keys() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("memcached.sock");
     let path_text = path.to_str().expect("a UTF-8 path");
-    let Some(started) = spawn_memcached(&["-s", path_text], || {
+    if !installed() {
+        return;
+    }
+    let _memcached = spawn_memcached(&["-s", path_text], || {
         UnixStream::connect(&path).is_ok_and(|stream| {
             stream.set_read_timeout(Some(ANSWER_TIMEOUT)).is_ok() && answers_version(stream)
         })
-    }) else {
-        return;
-    };
-    let _memcached = started.expect("memcached listens on a new socket path");
+    })
+    .expect("memcached listens on a new socket path");
     let report = run(BenchOptions {
         target: path_text.to_owned(),
         threads: 1,
