@@ -22,7 +22,8 @@ Every bound below is a figure measured on a 2-core Linux machine times some
 headroom, and says so. Nothing here asserts on wall-clock time; timeouts only
 keep a broken server from hanging the run.
 
-The last tests cover `larder serve --partial-request-timeout-ms`.
+The last tests cover `larder serve --partial-request-timeout-ms` and
+`--write-timeout-ms`.
 """
 
 from __future__ import annotations
@@ -117,6 +118,20 @@ PARTIAL_REQUEST_TIMEOUT_MS = 1000
 # ignored the flag would fail here instead of passing late.
 PARTIAL_REQUEST_CLOSE_WAIT_S = 10.0
 
+# -- write timeout ----------------------------------------------------------
+WRITE_TIMEOUT_MS = 1000
+# Clients that stop reading, each closed by the timeout. The wait for them
+# (REPLY_TIMEOUT_S) is far above the 1 s timeout and far below the 60 s
+# default, so a server that ignored the flag would fail here.
+WRITE_TIMEOUT_CLIENTS = 4
+
+# Each connection timeout: its flag, its config file key, and how the
+# refusal of a value out of range names it.
+CONNECTION_TIMEOUTS = [
+    ("--partial-request-timeout-ms", "partial_request_timeout_ms", "partial request timeout"),
+    ("--write-timeout-ms", "write_timeout_ms", "write timeout"),
+]
+
 
 def rss_bytes(pid: int) -> int:
     """The process's resident set size (VmRSS), in bytes."""
@@ -191,7 +206,10 @@ class Raw:
             data += chunk
 
     def stats(self) -> Dict[str, str]:
-        self.send(b"stats\r\n")
+        return self._stats(b"stats\r\n")
+
+    def _stats(self, request: bytes) -> Dict[str, str]:
+        self.send(request)
         stats = {}
         while True:
             line = self.read_line()
@@ -199,6 +217,9 @@ class Raw:
                 return stats
             _, name, value = line.decode().split(" ", 2)
             stats[name] = value
+
+    def stats_of(self, group: bytes) -> Dict[str, str]:
+        return self._stats(b"stats " + group + b"\r\n")
 
     def connections(self) -> int:
         return int(self.stats()["curr_connections"])
@@ -512,33 +533,69 @@ def test_partial_request_timeout_flag_closes_a_half_sent_request(servers):
     idle.call(b"get stalled\r\n", b"END\r\n")
 
 
+def test_write_timeout_flag_closes_clients_that_stop_reading(servers):
+    server = servers.larder(extra=["--write-timeout-ms", str(WRITE_TIMEOUT_MS)])
+    other = Raw(server)
+    value = b"v" * STUCK_VALUE_BYTES
+    other.call(f"set big 0 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
+    get_reply = f"VALUE big 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\nEND\r\n"
+    settings = other.stats_of(b"settings")
+    assert settings["larder_write_timeout_ms"] == str(WRITE_TIMEOUT_MS), settings
+    assert settings["larder_partial_request_timeout_ms"] == "30000", settings
+    stuck = []
+    try:
+        for _ in range(WRITE_TIMEOUT_CLIENTS):
+            sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
+            sock.setblocking(False)
+            stuck.append(sock)
+        push_until_blocked(stuck)
+        # Each stuck connection's replies wait for room that never comes,
+        # and the server closes it while the client still holds it open.
+        wait_until(
+            f"{WRITE_TIMEOUT_CLIENTS} connections to time out",
+            lambda: other.stats()["larder_timed_out_connections"] == str(WRITE_TIMEOUT_CLIENTS),
+        )
+        wait_until("the timed-out connections to be dropped", lambda: other.connections() == 1)
+        # What the server had sent before it gave up is still there to read;
+        # then the connection ends (a reset, as the server closed with the
+        # client's gets unread).
+        for sock in stuck:
+            sock.setblocking(True)
+            sock.settimeout(REPLY_TIMEOUT_S)
+            try:
+                while sock.recv(1 << 20):
+                    pass
+            except ConnectionResetError:
+                pass
+    finally:
+        for sock in stuck:
+            sock.close()
+    # The client that reads is not closed, and was served throughout.
+    other.call(b"get big\r\n", get_reply)
+    assert other.stats()["larder_timed_out_connections"] == str(WRITE_TIMEOUT_CLIENTS)
+    still_serves(server, "after-write-timeout")
+
+
+@pytest.mark.parametrize("flag,_key,phrase", CONNECTION_TIMEOUTS)
 @pytest.mark.parametrize("value", ["0", "99", "3600001", "18446744073709551615"])
-def test_partial_request_timeout_flag_refuses_zero_and_absurd_values(tmp_path, value):
+def test_connection_timeout_flags_refuse_zero_and_absurd_values(tmp_path, flag, _key, phrase, value):
     result = subprocess.run(
-        [
-            LARDER_BIN,
-            "serve",
-            "-p",
-            "0",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--partial-request-timeout-ms",
-            value,
-        ],
+        [LARDER_BIN, "serve", "-p", "0", "--data-dir", str(tmp_path / "data"), flag, value],
         capture_output=True,
         text=True,
         timeout=REPLY_TIMEOUT_S,
     )
     lines = result.stderr.strip().splitlines()
-    assert result.returncode != 0, f"exit 0 with --partial-request-timeout-ms {value}: {result.stderr}"
+    assert result.returncode != 0, f"exit 0 with {flag} {value}: {result.stderr}"
     assert len(lines) == 1, f"want one line, got: {result.stderr!r}"
-    assert "partial request timeout" in lines[0], lines[0]
+    assert phrase in lines[0], lines[0]
     assert value in lines[0], lines[0]
 
 
-def test_partial_request_timeout_is_also_a_config_file_key(tmp_path):
+@pytest.mark.parametrize("_flag,key,phrase", CONNECTION_TIMEOUTS)
+def test_connection_timeouts_are_also_config_file_keys(tmp_path, _flag, key, phrase):
     config = tmp_path / "larder.toml"
-    config.write_text("partial_request_timeout_ms = 50\n")
+    config.write_text(f"{key} = 50\n")
     result = subprocess.run(
         [LARDER_BIN, "serve", "-p", "0", "--data-dir", str(tmp_path / "data"), "--config", str(config)],
         capture_output=True,
@@ -546,6 +603,6 @@ def test_partial_request_timeout_is_also_a_config_file_key(tmp_path):
         timeout=REPLY_TIMEOUT_S,
     )
     lines = result.stderr.strip().splitlines()
-    assert result.returncode != 0, f"exit 0 with partial_request_timeout_ms = 50: {result.stderr}"
+    assert result.returncode != 0, f"exit 0 with {key} = 50: {result.stderr}"
     assert len(lines) == 1, f"want one line, got: {result.stderr!r}"
-    assert "partial request timeout 50 ms" in lines[0], lines[0]
+    assert f"{phrase} 50 ms" in lines[0], lines[0]

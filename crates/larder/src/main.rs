@@ -163,6 +163,11 @@ struct ServeArgs {
     /// the connection is closed, in milliseconds [default: 30000].
     #[arg(long = "partial-request-timeout-ms", value_name = "MS")]
     partial_request_timeout_ms: Option<u64>,
+    /// How long the replies to a client that stops reading may wait for
+    /// room in its socket before the connection is closed, in milliseconds
+    /// [default: 60000].
+    #[arg(long = "write-timeout-ms", value_name = "MS")]
+    write_timeout_ms: Option<u64>,
     /// Start even if sealed data is damaged: rewrite each damaged segment
     /// with its intact records only, logging every record skipped; the
     /// originals are kept under <data-dir>/damaged/. For one start after
@@ -199,6 +204,7 @@ impl ServeArgs {
             verbose: (self.verbose > 0).then_some(self.verbose),
             segment_bytes_max: None,
             partial_request_timeout_ms: self.partial_request_timeout_ms,
+            write_timeout_ms: self.write_timeout_ms,
         };
         flags.apply(&mut config)?;
         config.salvage = self.salvage;

@@ -47,6 +47,10 @@ pub struct ServerConfig {
     /// How long a partly received request may wait for its next bytes
     /// before the connection is closed.
     pub partial_request_timeout: std::time::Duration,
+    /// How long the replies of one batch may wait for room in a client's
+    /// socket, from the first send that left some behind, before the
+    /// connection is closed: what a client that stops reading holds.
+    pub write_timeout: std::time::Duration,
     /// Open the data directory even if sealed segments are damaged, keeping
     /// only their intact records (see `larder_engine::salvage`). A flag for
     /// one start, never a config file key: damage should stop the next
@@ -71,6 +75,7 @@ impl Default for ServerConfig {
             verbose: 0,
             segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
+            write_timeout: limits::WRITE_TIMEOUT,
             salvage: false,
         }
     }
@@ -111,6 +116,8 @@ pub struct ConfigFile {
     pub segment_bytes_max: Option<u32>,
     /// See [`ServerConfig::partial_request_timeout`], in milliseconds.
     pub partial_request_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::write_timeout`], in milliseconds.
+    pub write_timeout_ms: Option<u64>,
 }
 
 /// How the server waits for its connections' input and sends their
@@ -207,6 +214,9 @@ impl ConfigFile {
         if let Some(ms) = self.partial_request_timeout_ms {
             config.partial_request_timeout = std::time::Duration::from_millis(ms);
         }
+        if let Some(ms) = self.write_timeout_ms {
+            config.write_timeout = std::time::Duration::from_millis(ms);
+        }
         if let Some(name) = self.durability {
             config.durability = parse_durability(&name)?;
         }
@@ -299,14 +309,19 @@ impl ServerConfig {
                 self.threads
             )));
         }
-        let timeout = limits::PARTIAL_REQUEST_TIMEOUT_MIN..=limits::PARTIAL_REQUEST_TIMEOUT_MAX;
-        if !timeout.contains(&self.partial_request_timeout) {
-            return Err(ConfigError(format!(
-                "partial request timeout {} ms is outside {}..={} ms",
-                self.partial_request_timeout.as_millis(),
-                timeout.start().as_millis(),
-                timeout.end().as_millis()
-            )));
+        for (name, timeout) in [
+            ("partial request timeout", self.partial_request_timeout),
+            ("write timeout", self.write_timeout),
+        ] {
+            let accepted = limits::CONNECTION_TIMEOUT_MIN..=limits::CONNECTION_TIMEOUT_MAX;
+            if !accepted.contains(&timeout) {
+                return Err(ConfigError(format!(
+                    "{name} {} ms is outside {}..={} ms",
+                    timeout.as_millis(),
+                    accepted.start().as_millis(),
+                    accepted.end().as_millis()
+                )));
+            }
         }
         if self.unix_socket_mode > 0o777 {
             return Err(ConfigError(format!(
@@ -373,6 +388,7 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn sizes_parse_like_memcached() {
@@ -401,6 +417,40 @@ mod tests {
         let bad: ConfigFile = toml::from_str("io = \"poll\"").unwrap();
         let error = bad.apply(&mut config).unwrap_err().to_string();
         assert_eq!(error, "io must be epoll or uring, not \"poll\"");
+    }
+
+    #[test]
+    fn both_connection_timeouts_are_file_settings_held_to_the_same_range() {
+        let file: ConfigFile =
+            toml::from_str("partial_request_timeout_ms = 2500\nwrite_timeout_ms = 100").unwrap();
+        let mut config = ServerConfig::default();
+        assert_eq!(config.write_timeout, limits::WRITE_TIMEOUT);
+        file.apply(&mut config).unwrap();
+        assert_eq!(config.partial_request_timeout, Duration::from_millis(2500));
+        assert_eq!(config.write_timeout, Duration::from_millis(100));
+        assert!(config.validate().is_ok());
+        for (ms, fits) in [
+            (99, false),
+            (100, true),
+            (3_600_000, true),
+            (3_600_001, false),
+        ] {
+            let write = ServerConfig {
+                write_timeout: Duration::from_millis(ms),
+                ..ServerConfig::default()
+            };
+            let partial = ServerConfig {
+                partial_request_timeout: Duration::from_millis(ms),
+                ..ServerConfig::default()
+            };
+            assert_eq!(write.validate().is_ok(), fits, "write timeout {ms} ms");
+            assert_eq!(partial.validate().is_ok(), fits, "partial timeout {ms} ms");
+            if !fits {
+                let error = write.validate().unwrap_err().to_string();
+                let want = format!("write timeout {ms} ms is outside 100..=3600000 ms");
+                assert_eq!(error, want);
+            }
+        }
     }
 
     #[test]

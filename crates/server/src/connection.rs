@@ -10,9 +10,7 @@
 //! cannot make the server buffer without bound, and one that never reads
 //! its replies stops being read.
 
-use crate::limits::{
-    READ_BUFFER_BYTES_INITIAL, READ_ROOM_BYTES_MIN, WRITE_BUFFER_BYTES_SOFT_MAX, WRITE_TIMEOUT,
-};
+use crate::limits::{READ_BUFFER_BYTES_INITIAL, READ_ROOM_BYTES_MIN, WRITE_BUFFER_BYTES_SOFT_MAX};
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
 use larder_protocol::{binary, parse, ErrorKind, MetaKey, ParseError, Parsed, Request};
@@ -221,7 +219,8 @@ impl<S: Socket> Connection<S> {
             .filter(|rest| !rest.is_empty())
         {
             let write = self.stream.write_all(rest);
-            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            let patience = self.exchange.session.shared.config.write_timeout;
+            match tokio::time::timeout(patience, write).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return Err(End::Done),
                 Err(_) => return Err(End::TimedOut),

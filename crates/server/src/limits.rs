@@ -42,14 +42,16 @@ pub const WRITE_BUFFER_BYTES_SOFT_MAX: usize = 4 * 1024 * 1024;
 /// sending more bytes before it is closed (the default of
 /// `ServerConfig::partial_request_timeout`).
 pub const PARTIAL_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Shortest partial-request timeout accepted: below this an ordinary network
-/// stall would cut honest clients off mid-request.
-pub const PARTIAL_REQUEST_TIMEOUT_MIN: Duration = Duration::from_millis(100);
-/// Longest partial-request timeout accepted (an hour): beyond it a stalled
-/// client would hold its connection's buffers for good.
-pub const PARTIAL_REQUEST_TIMEOUT_MAX: Duration = Duration::from_secs(60 * 60);
-/// How long writing replies to a client that does not read may block before
-/// the connection is closed.
+/// Shortest partial-request or write timeout accepted: below this an
+/// ordinary network stall would cut honest clients off mid-request or
+/// mid-reply.
+pub const CONNECTION_TIMEOUT_MIN: Duration = Duration::from_millis(100);
+/// Longest partial-request or write timeout accepted (an hour): beyond it a
+/// stalled client would hold its connection's buffers for good.
+pub const CONNECTION_TIMEOUT_MAX: Duration = Duration::from_secs(60 * 60);
+/// How long the replies of one batch that a client does not read may wait
+/// for room in its socket before the connection is closed (the default of
+/// `ServerConfig::write_timeout`).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the listener stops accepting after running out of file
 /// descriptors or memory for a new connection (unless a connection ends

@@ -17,7 +17,8 @@
 //! handle what came ([`Exchange::process`]), commit the batch's writes,
 //! send the replies, repeat. A receive waits without a timeout unless a
 //! request is partial; a reply is first sent with `MSG_DONTWAIT`, and only
-//! what the socket did not take waits, at most [`WRITE_TIMEOUT`]. A commit
+//! what the socket did not take waits, at most the write timeout
+//! ([`crate::ServerConfig::write_timeout`]). A commit
 //! that must wait for a sync (`always`) is polled again when the engine
 //! wakes it, through the ring thread's mailbox.
 //!
@@ -33,7 +34,7 @@
 //! with no operation in flight, and a closing one cancels its own first.
 
 use crate::connection::{End, Exchange, Processed};
-use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, RING_YIELD_INTERVAL, WRITE_TIMEOUT};
+use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, RING_YIELD_INTERVAL};
 use crate::session::Shared;
 use crate::Open;
 use bytes::BufMut;
@@ -358,7 +359,7 @@ struct Conn {
     /// When replies that are waiting for room in the socket must be sent
     /// by; `None` until a batch's first send leaves some.
     write_deadline: Option<Instant>,
-    /// What is left of [`WRITE_TIMEOUT`], read by the kernel when a
+    /// What is left of the write timeout, read by the kernel when a
     /// waiting send's timeout is submitted. Boxed: it must not move.
     write_timeout: Box<types::Timespec>,
     waker: Waker,
@@ -704,7 +705,7 @@ impl Worker {
     /// Sends the replies from byte `sent` on, then goes on with `then`.
     /// The first attempt takes what the socket has room for without
     /// waiting; what is left then waits for room, all of it within
-    /// [`WRITE_TIMEOUT`] of that first attempt, as under tokio.
+    /// the write timeout of that first attempt, as under tokio.
     fn send(&mut self, slot: usize, sent: usize, then: Processed) {
         let conn = self.conn(slot);
         let output = &conn.exchange.session.output;
@@ -752,7 +753,8 @@ impl Worker {
             _ => return self.end(slot, End::Done),
         };
         if conn.write_deadline.is_none() && sent + taken < conn.exchange.session.output.len() {
-            conn.write_deadline = Some(Instant::now() + WRITE_TIMEOUT);
+            let patience = conn.exchange.session.shared.config.write_timeout;
+            conn.write_deadline = Some(Instant::now() + patience);
         }
         self.send(slot, sent + taken, then);
     }

@@ -461,6 +461,16 @@ impl ServerStats {
             b"larder_segment_bytes_max",
             u64::from(config.segment_bytes()),
         );
+        for (name, timeout) in [
+            (
+                &b"larder_partial_request_timeout_ms"[..],
+                config.partial_request_timeout,
+            ),
+            (b"larder_write_timeout_ms", config.write_timeout),
+        ] {
+            let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+            write_stat_u64(out, name, ms);
+        }
     }
 
     /// `stats items`: memcached reports per slab class; Larder has one class.

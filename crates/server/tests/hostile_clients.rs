@@ -4,8 +4,9 @@
 //! time is answered; a header claiming a 2 GB value is refused without
 //! buffering it; garbage gets `ERROR` lines; an endless line closes only its
 //! own connection; thousands of idle connections and a client that never
-//! reads its replies leave other clients served within the socket timeout;
-//! and past `max_connections` a client is told so.
+//! reads its replies leave other clients served within the socket timeout,
+//! and that client is closed once its replies have waited out the write
+//! timeout; and past `max_connections` a client is told so.
 
 mod common;
 
@@ -219,22 +220,24 @@ fn a_client_past_max_connections_is_told_too_many_open_connections() {
     assert!(rejected >= 1);
 }
 
-#[test]
-fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
-    const VALUE_BYTES: usize = 500 * 1024;
-    const WRITE_BYTES_MAX: usize = 256 << 20;
-    let (_dir, server) = start(Durability::EverySec);
-    let mut other = server.raw();
-    let value = vec![b'v'; VALUE_BYTES];
-    let mut set = format!("set big 0 0 {VALUE_BYTES}\r\n").into_bytes();
+const BIG_VALUE_BYTES: usize = 500 * 1024;
+
+/// Stores `big`, a 500 KB value, through `client`; returns the value.
+fn store_big(client: &mut Raw) -> Vec<u8> {
+    let value = vec![b'v'; BIG_VALUE_BYTES];
+    let mut set = format!("set big 0 0 {BIG_VALUE_BYTES}\r\n").into_bytes();
     set.extend_from_slice(&value);
     set.extend_from_slice(b"\r\n");
-    other.call(&set, b"STORED\r\n");
+    client.call(&set, b"STORED\r\n");
+    value
+}
 
-    // The stuck client pipelines gets of the 500 KB value and never reads.
-    // The server must stop reading from it once its replies back up, so its
-    // writes eventually block, long before it has sent 256 MiB of gets
-    // (which would ask for some 14 TB of replies).
+/// A client that pipelines gets of `big` and never reads. The server must
+/// stop reading from it once its replies back up, so its writes
+/// eventually block, long before it has sent 256 MiB of gets (which would
+/// ask for some 14 TB of replies).
+fn stuck_client(server: &TestServer) -> TcpStream {
+    const WRITE_BYTES_MAX: usize = 256 << 20;
     let stuck = TcpStream::connect(server.addr()).unwrap();
     stuck.set_nonblocking(true).unwrap();
     let gets = b"get big\r\n".repeat(8 * 1024);
@@ -253,6 +256,16 @@ fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
         pushed_back,
         "the server read {written} bytes of gets unanswered"
     );
+    stuck
+}
+
+#[test]
+fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
+    const VALUE_BYTES: usize = BIG_VALUE_BYTES;
+    let (_dir, server) = start(Durability::EverySec);
+    let mut other = server.raw();
+    let value = store_big(&mut other);
+    let stuck = stuck_client(&server);
 
     // Meanwhile another client is answered promptly (the socket's read
     // timeout bounds each reply), large values included.
@@ -271,4 +284,33 @@ fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
     eventually("the stuck connection to be closed", || {
         other.stats()["curr_connections"] == "1"
     });
+}
+
+#[test]
+fn a_client_that_stops_reading_is_closed_after_the_write_timeout_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path(), Durability::EverySec);
+    config.write_timeout = Duration::from_secs(1);
+    let server = TestServer::start_with(config);
+    let mut other = server.raw();
+    let value = store_big(&mut other);
+    let stuck = stuck_client(&server);
+    // The stuck connection's replies wait for room that never comes: the
+    // server closes it once they have waited a second, while it is still
+    // open on the client's side. (Not told by `curr_connections` alone,
+    // which also reads 1 before the server has accepted the stuck client.)
+    eventually("the stuck connection to time out", || {
+        other.stats()["larder_timed_out_connections"] == "1"
+    });
+    eventually("the timed-out connection to be dropped", || {
+        other.stats()["curr_connections"] == "1"
+    });
+    // The client that reads was never held up, and is not closed.
+    other.send(b"get big\r\n");
+    other.expect(format!("VALUE big 0 {BIG_VALUE_BYTES}\r\n").as_bytes());
+    assert!(other.read_bytes(BIG_VALUE_BYTES) == value);
+    other.expect(b"\r\nEND\r\n");
+    still_serves(&server, "after-timeout");
+    assert_eq!(server.stat("larder_timed_out_connections"), 1);
+    drop(stuck);
 }
