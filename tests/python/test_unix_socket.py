@@ -3,7 +3,7 @@
 What the two servers share is checked on the real memcached first, through
 the same client (pymemcache, which takes a path as a Unix socket's address),
 and then on Larder: ordinary commands, the socket file's permissions and
-`stats settings`. What is Larder's own is checked on Larder alone: writes
+`stats settings` (and on Larder alone, `stats conns`). What is Larder's own is checked on Larder alone: writes
 over the socket surviving SIGKILL, a clean stop removing the file and its
 lock file (`PATH.lock`), a second Larder on a path in use stopped by that
 lock, a socket memcached listens on or a path that is not a socket stopping
@@ -66,6 +66,21 @@ def test_commands_and_settings_over_the_socket(servers, tmp_path, name):
     assert settings[b"domain_socket"] == str(path).encode()
     assert settings[b"umask"] == 0o700  # pymemcache reads it as octal
     assert settings[b"tcpport"] == server.port  # -p, though not listened on
+    if name == "larder":
+        # `stats conns` names the socket `unix:PATH`: the listener's address,
+        # and each connection's address and listen address. (memcached 1.6
+        # cuts the listener's to 32 bytes, past which it prints stray bytes,
+        # and prints `?:<AF 0>` for a connection's own address.)
+        conns = c.stats("conns")
+        fields: dict = {}
+        for stat_name, value in conns.items():
+            fd, field = stat_name.decode().split(":", 1)
+            fields.setdefault(fd, {})[field] = value.decode() if isinstance(value, bytes) else value
+        listeners = [f for f in fields.values() if f.get("state") == "conn_listening"]
+        assert len(listeners) == 1 and listeners[0]["addr"] == f"unix:{path}", conns
+        clients = [f for f in fields.values() if "listen_addr" in f]
+        assert len(clients) == 1, conns
+        assert clients[0]["listen_addr"] == clients[0]["addr"] == f"unix:{path}", conns
     c.close()
 
 

@@ -10,12 +10,13 @@
 //! cannot make the server buffer without bound, and one that never reads
 //! its replies stops being read.
 
+use crate::conns::{ConnInfo, State};
 use crate::limits::{READ_BUFFER_BYTES_INITIAL, READ_ROOM_BYTES_MIN, WRITE_BUFFER_BYTES_SOFT_MAX};
 use crate::session::{Flow, Session, Shared};
 use bytes::{Buf, BytesMut};
 use larder_protocol::{binary, parse, ErrorKind, MetaKey, ParseError, Parsed, Request};
 use std::future::Future;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use tokio::sync::watch;
 /// A connected stream socket that a client's requests come over: TCP, or a
 /// Unix domain socket. Besides tokio's reads and writes, which wait, a
 /// connection reads and writes what the socket has or takes at once.
-pub trait Socket: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+pub trait Socket: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + 'static {
     /// Reads what has arrived into `buf` without waiting (`WouldBlock` if
     /// nothing has).
     fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize>;
@@ -91,13 +92,17 @@ pub(crate) enum End {
 }
 
 /// Serves one connection until it ends. Never panics on client input.
-pub async fn serve<S: Socket>(stream: S, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn serve<S: Socket>(
+    stream: S,
+    open: &crate::Open,
+    mut shutdown: watch::Receiver<bool>,
+) {
     // Cloned before `stop` first awaits a change on `shutdown`, so never
     // marked as having seen one (see [`stopping`]).
     let shutdown_seen = shutdown.clone();
     let mut connection = Connection {
         stream,
-        exchange: Exchange::new(Arc::clone(&shared)),
+        exchange: open.exchange(),
     };
     // One wait for the shutdown for the connection's whole life, rather
     // than one registered and dropped again on every read. Polled again
@@ -108,7 +113,10 @@ pub async fn serve<S: Socket>(stream: S, shared: Arc<Shared>, mut shutdown: watc
     tokio::pin!(stop);
     let end = connection.run(&shutdown_seen, stop).await;
     if end == End::TimedOut {
-        shared
+        connection
+            .exchange
+            .session
+            .shared
             .stats
             .timed_out_connections
             .fetch_add(1, Ordering::Relaxed);
@@ -129,6 +137,10 @@ pub(crate) struct Exchange {
     pub(crate) input: BytesMut,
     /// Bytes of a rejected data block still to be swallowed.
     discard_bytes: u64,
+    /// The input ends in a value whose command line has come.
+    value_pending: bool,
+    /// What `stats conns` shows of the connection.
+    info: Arc<ConnInfo>,
     /// Chosen by the connection's first byte, as in memcached.
     protocol: Protocol,
     pub(crate) session: Session,
@@ -218,6 +230,7 @@ impl<S: Socket> Connection<S> {
             .get(sent..)
             .filter(|rest| !rest.is_empty())
         {
+            self.exchange.waiting_to_send();
             let write = self.stream.write_all(rest);
             let patience = self.exchange.session.shared.config.write_timeout;
             match tokio::time::timeout(patience, write).await {
@@ -249,10 +262,12 @@ impl<S: Socket> Connection<S> {
 }
 
 impl Exchange {
-    pub(crate) fn new(shared: Arc<Shared>) -> Exchange {
+    pub(crate) fn new(shared: Arc<Shared>, info: Arc<ConnInfo>) -> Exchange {
         Exchange {
             input: BytesMut::with_capacity(READ_BUFFER_BYTES_INITIAL),
             discard_bytes: 0,
+            value_pending: false,
+            info,
             protocol: Protocol::Unknown,
             session: Session::new(shared),
         }
@@ -265,9 +280,22 @@ impl Exchange {
         !self.input.is_empty() || self.discard_bytes > 0
     }
 
-    /// Readies the input buffer for the next read (see [`make_room_to_read`]).
+    /// Readies the input buffer for the next read (see
+    /// [`make_room_to_read`]), and shows the connection waiting for it.
     pub(crate) fn make_room_to_read(&mut self) {
         make_room_to_read(&mut self.input);
+        self.info.set(if self.discard_bytes > 0 {
+            State::Swallow
+        } else if self.value_pending {
+            State::ReadValue
+        } else {
+            State::Read
+        });
+    }
+
+    /// Shows the connection waiting for room in its socket for replies.
+    pub(crate) fn waiting_to_send(&self) {
+        self.info.set(State::Write);
     }
 
     /// Parses and handles buffered requests until input runs out, replies
@@ -282,6 +310,8 @@ impl Exchange {
     /// or one that is refused) is dealt with once every request before it
     /// has been handled.
     pub(crate) fn process(&mut self) -> Processed {
+        self.info.set(State::ParseCmd);
+        self.value_pending = false;
         if self.protocol == Protocol::Unknown {
             self.protocol = match self.input.first() {
                 None => return Processed::NeedInput,
@@ -332,6 +362,9 @@ impl Exchange {
                 }
             }
             let requests = window.iter().take(parsed).flatten();
+            if parsed > 0 {
+                self.info.commanded(self.session.now());
+            }
             if parsed > 1 {
                 let keys = requests.clone().flat_map(|(request, _)| keys(request));
                 self.session
@@ -373,6 +406,7 @@ impl Exchange {
                 Some(Stop::Incomplete(frame_bytes)) => {
                     if let Some(frame) = frame_bytes {
                         self.input.reserve(frame.saturating_sub(self.input.len()));
+                        self.value_pending = true;
                     }
                     return Processed::NeedInput;
                 }
@@ -422,11 +456,17 @@ impl Exchange {
     pub(crate) async fn commit(&mut self) {
         let ticket = self.session.ticket;
         if ticket != larder_engine::Ticket::NONE {
+            self.syncing();
             let commit = self.session.shared.engine.commit_async(ticket);
             if let Err(error) = commit.await {
                 self.commit_failed(&error);
             }
         }
+    }
+
+    /// Shows the connection waiting for its writes' commit.
+    pub(crate) fn syncing(&self) {
+        self.info.set(State::Sync);
     }
 
     pub(crate) fn commit_failed(&mut self, error: &larder_engine::Error) {

@@ -41,6 +41,7 @@
 
 pub mod config;
 mod connection;
+mod conns;
 pub mod limits;
 mod meta;
 mod ring;
@@ -56,6 +57,7 @@ use larder_protocol::Limits;
 use session::Shared;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -136,14 +138,17 @@ enum Listener {
 
 /// A connection just accepted.
 enum Accepted {
-    Tcp(TcpStream),
+    Tcp(TcpStream, SocketAddr),
     Unix(UnixStream),
 }
 
 impl Listener {
     async fn accept(&self) -> std::io::Result<Accepted> {
         match self {
-            Listener::Tcp(listener) => listener.accept().await.map(|(s, _)| Accepted::Tcp(s)),
+            Listener::Tcp(listener) => listener
+                .accept()
+                .await
+                .map(|(s, peer)| Accepted::Tcp(s, peer)),
             Listener::Unix(socket) => socket
                 .listener
                 .accept()
@@ -216,7 +221,15 @@ impl Server {
             config,
             limits,
         });
-        Ok(Server { shared, listener })
+        let server = Server { shared, listener };
+        let fd = match &server.listener {
+            Listener::Tcp(listener) => listener.as_raw_fd(),
+            Listener::Unix(socket) => socket.listener.as_raw_fd(),
+        };
+        let now = server.shared.engine.clock().now();
+        let name = server.listen_name();
+        server.shared.stats.conns.listening(fd, name, now);
+        Ok(server)
     }
 
     /// Where the server listens (with port 0, the port the system chose).
@@ -236,6 +249,8 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<Shutdown, ServerError> {
+        // A client of a Unix domain socket has no address of its own.
+        let unix_peer = self.listen_name();
         let Server { shared, listener } = self;
         let rings = match shared.config.io {
             Io::Epoll => None,
@@ -252,12 +267,14 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok(Accepted::Tcp(stream)) => {
+                    Ok(Accepted::Tcp(stream, peer)) => {
                         let _ = stream.set_nodelay(true);
-                        accept(stream, &shared, &permits, &stop, rings.as_ref(), &mut connections);
+                        let peer = conns::tcp_name(&peer);
+                        accept(stream, peer, &shared, &permits, &stop, rings.as_ref(), &mut connections);
                     }
                     Ok(Accepted::Unix(stream)) => {
-                        accept(stream, &shared, &permits, &stop, rings.as_ref(), &mut connections);
+                        let peer = unix_peer.clone();
+                        accept(stream, peer, &shared, &permits, &stop, rings.as_ref(), &mut connections);
                     }
                     Err(error) if out_of_resources(&error) => {
                         let quiet = accept_warned
@@ -322,6 +339,14 @@ impl Server {
             .await
             .map_err(|e| ServerError::Runtime(std::io::Error::other(e)))??;
         Ok(report)
+    }
+
+    /// How `stats conns` names where the server listens.
+    fn listen_name(&self) -> String {
+        match self.address() {
+            Address::Tcp(addr) => conns::tcp_name(&addr),
+            Address::Unix(path) => conns::unix_name(&path),
+        }
     }
 
     /// The engine, for in-process tests and tools.
@@ -394,6 +419,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 fn accept<S: Socket>(
     stream: S,
+    peer: String,
     shared: &Arc<Shared>,
     permits: &Arc<Semaphore>,
     stop: &watch::Receiver<bool>,
@@ -413,7 +439,7 @@ fn accept<S: Socket>(
         return;
     };
     stats.total_connections.fetch_add(1, Ordering::Relaxed);
-    let open = Open::new(Arc::clone(shared), permit);
+    let open = Open::new(Arc::clone(shared), permit, stream.as_raw_fd(), peer);
     if let Some(rings) = rings {
         let fd = match stream.into_fd() {
             Ok(fd) => fd,
@@ -434,7 +460,7 @@ fn accept<S: Socket>(
     }
     let stop = stop.clone();
     connections.spawn(async move {
-        connection::serve(stream, Arc::clone(&open.shared), stop).await;
+        connection::serve(stream, &open, stop).await;
         drop(open);
     });
 }
@@ -444,25 +470,38 @@ fn accept<S: Socket>(
 /// it.
 pub(crate) struct Open {
     shared: Arc<Shared>,
+    /// What `stats conns` shows of it.
+    info: Arc<conns::ConnInfo>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Open {
-    /// Counts a connection open (`curr_connections`) until this is dropped.
-    fn new(shared: Arc<Shared>, permit: OwnedSemaphorePermit) -> Open {
+    /// Counts a connection on descriptor `fd` from `peer` (see
+    /// [`conns::tcp_name`]) open (`curr_connections`), and lists it in
+    /// `stats conns`, until this is dropped.
+    fn new(shared: Arc<Shared>, permit: OwnedSemaphorePermit, fd: RawFd, peer: String) -> Open {
         shared
             .stats
             .curr_connections
             .fetch_add(1, Ordering::Relaxed);
+        let now = shared.engine.clock().now();
+        let info = shared.stats.conns.add(fd, peer, now);
         Open {
             shared,
+            info,
             _permit: permit,
         }
+    }
+
+    /// A new exchange of requests and replies for this connection.
+    pub(crate) fn exchange(&self) -> connection::Exchange {
+        connection::Exchange::new(Arc::clone(&self.shared), Arc::clone(&self.info))
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
+        self.shared.stats.conns.remove(&self.info);
         self.shared
             .stats
             .curr_connections

@@ -599,7 +599,7 @@ impl Worker {
         }));
         self.conns[slot] = Some(Conn {
             fd: arrival.fd,
-            exchange: Exchange::new(Arc::clone(&self.shared)),
+            exchange: arrival.open.exchange(),
             phase: Phase::Receiving,
             in_flight: 0,
             receive_cancelled: false,
@@ -697,7 +697,7 @@ impl Worker {
             None => return self.end(slot, End::Done),
             Some(Poll::Ready(Ok(()))) => {}
             Some(Poll::Ready(Err(error))) => conn.exchange.commit_failed(&error),
-            Some(Poll::Pending) => return,
+            Some(Poll::Pending) => return conn.exchange.syncing(),
         }
         self.send(slot, 0, then);
     }
@@ -755,6 +755,7 @@ impl Worker {
         if conn.write_deadline.is_none() && sent + taken < conn.exchange.session.output.len() {
             let patience = conn.exchange.session.shared.config.write_timeout;
             conn.write_deadline = Some(Instant::now() + patience);
+            conn.exchange.waiting_to_send();
         }
         self.send(slot, sent + taken, then);
     }
@@ -928,7 +929,8 @@ mod tests {
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let permit = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
-        let open = crate::Open::new(Arc::clone(shared), permit);
+        let fd = server.as_raw_fd();
+        let open = crate::Open::new(Arc::clone(shared), permit, fd, "unix:".to_owned());
         let (closed, dropped) = oneshot::channel();
         rings.hand(Arrival {
             fd: OwnedFd::from(server),

@@ -273,8 +273,11 @@ pub struct ServerStats {
     pub total_connections: AtomicU64,
     /// Connections refused because `max_connections` were open.
     pub rejected_connections: AtomicU64,
-    /// Connections closed for sitting on a partial request too long.
+    /// Connections closed for sitting on a partial request too long, or
+    /// for leaving their replies unread too long.
     pub timed_out_connections: AtomicU64,
+    /// The open connections, for `stats conns`.
+    pub(crate) conns: crate::conns::Connections,
     /// Current `verbosity` level.
     pub verbosity: AtomicU64,
     started: Instant,
@@ -288,6 +291,7 @@ impl Default for ServerStats {
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             timed_out_connections: AtomicU64::new(0),
+            conns: Default::default(),
             verbosity: AtomicU64::new(0),
             started: Instant::now(),
         }

@@ -262,7 +262,8 @@ impl Session {
             }
             // memcached keeps item sizes only when started with them on.
             Some(b"sizes") => reply::write_stat(&mut self.output, b"sizes_status", b"disabled"),
-            Some(b"slabs" | b"conns") => {}
+            Some(b"conns") => shared.stats.conns.write(self.now(), &mut self.output),
+            Some(b"slabs") => {}
             Some(_) => {
                 reply::write_reply(&mut self.output, Reply::Error);
                 return;
