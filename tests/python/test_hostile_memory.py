@@ -362,21 +362,31 @@ def push_until_blocked(stuck: List[socket.socket]) -> List[int]:
     return taken
 
 
+def store_big(other: Raw) -> bytes:
+    """Stores `big`, a STUCK_VALUE_BYTES value; returns the reply to `get big`."""
+    value = b"v" * STUCK_VALUE_BYTES
+    other.call(f"set big 0 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
+    return f"VALUE big 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\nEND\r\n"
+
+
+def connect_stuck(server, stuck: List[socket.socket], count: int) -> None:
+    """Adds `count` non-blocking connections to `stuck` (a list the caller closes)."""
+    for _ in range(count):
+        sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
+        sock.setblocking(False)
+        stuck.append(sock)
+
+
 def test_clients_that_never_read_are_pushed_back_with_bounded_memory(servers):
     server = servers.larder()
     other = Raw(server)
     warm_up(other)
-    value = b"v" * STUCK_VALUE_BYTES
-    other.call(f"set big 0 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
-    get_reply = f"VALUE big 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\nEND\r\n"
+    get_reply = store_big(other)
     other.call(b"get big\r\n", get_reply)
     baseline = rss_bytes(server.pid)
-    stuck = []
+    stuck: List[socket.socket] = []
     try:
-        for _ in range(STUCK_CLIENTS):
-            sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
-            sock.setblocking(False)
-            stuck.append(sock)
+        connect_stuck(server, stuck, STUCK_CLIENTS)
         taken = push_until_blocked(stuck)
         # The server may still be filling its reply buffers when the
         # clients' sockets fill up.
@@ -536,18 +546,13 @@ def test_partial_request_timeout_flag_closes_a_half_sent_request(servers):
 def test_write_timeout_flag_closes_clients_that_stop_reading(servers):
     server = servers.larder(extra=["--write-timeout-ms", str(WRITE_TIMEOUT_MS)])
     other = Raw(server)
-    value = b"v" * STUCK_VALUE_BYTES
-    other.call(f"set big 0 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\n", b"STORED\r\n")
-    get_reply = f"VALUE big 0 {STUCK_VALUE_BYTES}\r\n".encode() + value + b"\r\nEND\r\n"
+    get_reply = store_big(other)
     settings = other.stats_of(b"settings")
     assert settings["larder_write_timeout_ms"] == str(WRITE_TIMEOUT_MS), settings
     assert settings["larder_partial_request_timeout_ms"] == "30000", settings
-    stuck = []
+    stuck: List[socket.socket] = []
     try:
-        for _ in range(WRITE_TIMEOUT_CLIENTS):
-            sock = socket.create_connection(server.address, timeout=REPLY_TIMEOUT_S)
-            sock.setblocking(False)
-            stuck.append(sock)
+        connect_stuck(server, stuck, WRITE_TIMEOUT_CLIENTS)
         push_until_blocked(stuck)
         # Each stuck connection's replies wait for room that never comes,
         # and the server closes it while the client still holds it open.

@@ -12,6 +12,7 @@ mod common;
 
 use common::{Raw, TestServer, REPLY_TIMEOUT};
 use larder_engine::Durability;
+use larder_server::ServerConfig;
 use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -39,6 +40,15 @@ fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 fn start(durability: Durability) -> (tempfile::TempDir, TestServer) {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), durability);
+    (dir, server)
+}
+
+/// A server under `everysec` with its configuration changed by `change`.
+fn start_changed(change: impl FnOnce(&mut ServerConfig)) -> (tempfile::TempDir, TestServer) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = common::config(dir.path(), Durability::EverySec);
+    change(&mut config);
+    let server = TestServer::start_with(config);
     (dir, server)
 }
 
@@ -137,10 +147,9 @@ fn a_ten_kilobyte_line_without_newline_closes_only_that_connection() {
 
 #[test]
 fn a_half_sent_request_is_closed_after_the_timeout_and_not_stored() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = common::config(dir.path(), Durability::EverySec);
-    config.partial_request_timeout = Duration::from_secs(1);
-    let server = TestServer::start_with(config);
+    let (_dir, server) = start_changed(|config| {
+        config.partial_request_timeout = Duration::from_secs(1);
+    });
     let mut idle = server.raw();
     idle.send(b"version\r\n");
     assert!(idle.read_line().starts_with("VERSION "));
@@ -288,10 +297,7 @@ fn a_client_that_never_reads_is_pushed_back_and_others_are_served() {
 
 #[test]
 fn a_client_that_stops_reading_is_closed_after_the_write_timeout_and_others_are_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = common::config(dir.path(), Durability::EverySec);
-    config.write_timeout = Duration::from_secs(1);
-    let server = TestServer::start_with(config);
+    let (_dir, server) = start_changed(|config| config.write_timeout = Duration::from_secs(1));
     let mut other = server.raw();
     let value = store_big(&mut other);
     let stuck = stuck_client(&server);
