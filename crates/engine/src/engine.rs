@@ -52,7 +52,16 @@ impl Found<'_> {
 
 /// How many times a read retries when compaction moved the value between
 /// finding the key and reading the file.
-const READ_RETRIES_MAX: usize = 8;
+pub(crate) const READ_RETRIES_MAX: usize = 8;
+
+/// The error of a read that found its value moved [`READ_RETRIES_MAX`]
+/// times.
+pub(crate) fn kept_moving() -> Error {
+    Error::Io {
+        context: "reading a value that compaction kept moving".into(),
+        source: std::io::Error::from(std::io::ErrorKind::Interrupted),
+    }
+}
 
 /// Options of a read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -255,10 +264,7 @@ impl Engine {
                 return Ok(found);
             }
         }
-        Err(Error::Io {
-            context: "reading a value that compaction kept moving".into(),
-            source: std::io::Error::from(std::io::ErrorKind::Interrupted),
-        })
+        Err(kept_moving())
     }
 
     /// Asks the processor to start loading the keydir entries of `keys`
@@ -643,7 +649,7 @@ impl Inner {
 
     /// Caches a value read from disk if the budget allows and the entry is
     /// unchanged.
-    fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
+    pub(crate) fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
         let budget = self.config.cache_bytes_max;
         let cached = self.counters.cached_bytes.load(Ordering::Relaxed);
         if cached + value.len() as u64 > budget {

@@ -277,15 +277,48 @@ impl Inner {
 
     /// Get-and-touch: sets the expiry of a live item with a touch record
     /// (the value is not rewritten) and returns the item, with its value
-    /// if `with_value` (read under the partition's write lock, from disk if
-    /// it is not cached: a plain touch, which needs none, does not wait for
-    /// that).
+    /// if `with_value`.
+    ///
+    /// A value that is not cached is read from its segment after the
+    /// partition's write lock is let go, as a plain read does, so that the
+    /// disk read holds up no other key of the partition. Should compaction
+    /// have moved it meanwhile, the whole get-and-touch is done again: it
+    /// then takes effect at that second touch, on whatever the key holds by
+    /// then (a newer value, or none: a miss), and the first touch, of a
+    /// value since replaced, changed nothing anyone can read.
     pub fn touch(
         &self,
         key: &[u8],
         options: ReadOptions,
         with_value: bool,
     ) -> Result<(Option<Item>, Ticket)> {
+        let mut tickets = Ticket::NONE;
+        for _ in 0..crate::engine::READ_RETRIES_MAX {
+            let (item, ticket, on_disk) = self.touch_once(key, options, with_value)?;
+            tickets = tickets.max(ticket);
+            let (mut item, at) = match (item, on_disk) {
+                (Some(item), Some(at)) => (item, at),
+                (item, _) => return Ok((item, tickets)),
+            };
+            let read = self.read_value(key, item.cas, at.segment_id, at.offset, at.value_len)?;
+            if let Some(value) = read {
+                self.maybe_cache(key, at.hash, item.cas, &value);
+                item.value = value;
+                return Ok((Some(item), tickets));
+            }
+        }
+        Err(crate::engine::kept_moving())
+    }
+
+    /// [`Inner::touch`] under the partition's write lock: the touched item,
+    /// with its value if `with_value` and the value is cached, or else
+    /// where to read it.
+    fn touch_once(
+        &self,
+        key: &[u8],
+        options: ReadOptions,
+        with_value: bool,
+    ) -> Result<(Option<Item>, Ticket, Option<OnDisk>)> {
         check_key(key)?;
         let expiry = options.touch.unwrap_or(Expiry::Never);
         self.log.check_writable()?;
@@ -294,10 +327,10 @@ impl Inner {
         let index = self.keydir.partition_index(hash);
         let mut table = self.keydir.partition_at(index).write();
         let Some(entry) = table.find_mut(hash, |entry| entry.key() == key) else {
-            return Ok((None, self.seen(index, None)));
+            return Ok((None, self.seen(index, None), None));
         };
         if self.live(Some(entry), now).is_none() {
-            return Ok((None, self.seen(index, Some(entry))));
+            return Ok((None, self.seen(index, Some(entry)), None));
         }
         let seq = self.issue_seqs(1)?;
         let target = entry.cas().to_le_bytes();
@@ -317,11 +350,30 @@ impl Inner {
         self.keydir.note_expiry(hash, expiry.stored());
         let mut item = self.describe(entry, now, options);
         item.exptime = entry.exptime();
-        if with_value {
-            item.value = bytes::Bytes::from(self.current_value(entry)?);
+        if !with_value {
+            return Ok((Some(item), ticket, None));
         }
-        Ok((Some(item), ticket))
+        if let Some(value) = entry.cached_value() {
+            item.value = bytes::Bytes::copy_from_slice(value);
+            return Ok((Some(item), ticket, None));
+        }
+        let on_disk = OnDisk {
+            hash,
+            segment_id: entry.segment_id(),
+            offset: entry.offset(),
+            value_len: entry.value_len(),
+        };
+        Ok((Some(item), ticket, Some(on_disk)))
     }
+}
+
+/// Where a value not held in memory is: enough to read it once the keydir
+/// lock is let go.
+struct OnDisk {
+    hash: u64,
+    segment_id: u32,
+    offset: u32,
+    value_len: u32,
 }
 
 impl Engine {

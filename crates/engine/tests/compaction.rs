@@ -9,7 +9,7 @@ mod common;
 
 use common::{config, open, set, value};
 use larder_engine::fs::{FaultKind, MemFs};
-use larder_engine::{Clock, Durability};
+use larder_engine::{Clock, Durability, Expiry, ReadOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,25 +106,44 @@ fn background_compaction_keeps_the_latest_writes_of_concurrent_writers() {
             })
         })
         .collect();
-    // A reader checks that no key ever goes back to an older round.
+    // A reader checks that no key ever goes back to an older round, in
+    // passes of plain reads and of get-and-touch, whose values are read
+    // from the files after the keydir's lock is let go, as plain reads'
+    // are, while compaction moves them.
     let reader = {
         let engine = Arc::clone(&engine);
         let stop = Arc::clone(&stop_reader);
         std::thread::spawn(move || {
             let mut seen = vec![0usize; 2 * keys_per_writer];
-            let mut reads = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            let (mut reads, mut touching_reads) = (0u64, 0u64);
+            let touch = ReadOptions {
+                touch: Some(Expiry::Never),
+                ..ReadOptions::default()
+            };
+            for pass in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let touching = pass % 2 == 1;
                 for (key, seen) in seen.iter_mut().enumerate() {
-                    let found = engine.get(format!("key{key}").as_bytes()).unwrap();
+                    let key = format!("key{key}");
+                    let found = if touching {
+                        let (item, ticket) = engine.get_with(key.as_bytes(), touch).unwrap();
+                        engine.commit(ticket).unwrap();
+                        item
+                    } else {
+                        engine.get(key.as_bytes()).unwrap()
+                    };
                     if let Some(item) = found {
                         let round = round_of(&item.value);
-                        assert!(round >= *seen, "key{key} went from {seen} to {round}");
+                        assert!(round >= *seen, "{key} went from {seen} to {round}");
                         *seen = round;
                         reads += 1;
+                        touching_reads += u64::from(touching);
                     }
                 }
             }
-            reads
+            (reads, touching_reads)
         })
     };
     // Keep writing until the compactor has finished a few passes meanwhile.
@@ -135,7 +154,11 @@ fn background_compaction_keeps_the_latest_writes_of_concurrent_writers() {
     stop_writers.store(true, Ordering::Relaxed);
     let last_rounds: Vec<usize> = writers.into_iter().map(|w| w.join().unwrap()).collect();
     stop_reader.store(true, Ordering::Relaxed);
-    assert!(reader.join().unwrap() > 0);
+    let (reads, touching_reads) = reader.join().unwrap();
+    assert!(
+        reads > touching_reads && touching_reads > 0,
+        "{reads} reads, {touching_reads} touching"
+    );
     let stats = engine.stats();
     assert!(stats.compactions >= 3, "{} compactions", stats.compactions);
     assert!(stats.disk_reads > 0, "reads went to the files");

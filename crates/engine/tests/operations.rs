@@ -504,6 +504,38 @@ fn a_visiting_read_with_a_touch_sets_the_expiry_and_sees_the_value() {
 }
 
 #[test]
+fn a_get_and_touch_of_a_value_held_only_in_its_file_reads_it_from_there() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let mut config = config(Durability::Always);
+    let engine = open(&fs, &config, &clock);
+    let cas = set(&engine, b"k", b"on disk");
+    engine.close().unwrap();
+    config.cache_bytes_max = 0;
+    let engine = open(&fs, &config, &clock);
+    let at = clock.now() + 100;
+    let options = ReadOptions {
+        touch: Some(Expiry::At(at)),
+        ..ReadOptions::default()
+    };
+    let (item, ticket) = engine.get_with(b"k", options).unwrap();
+    engine.commit(ticket).unwrap();
+    let item = item.expect("a hit");
+    assert_eq!(
+        (&item.value[..], item.cas, item.exptime),
+        (&b"on disk"[..], cas, at)
+    );
+    assert_eq!(engine.stats().disk_reads, 1);
+    // The touch is durable with the value where it was, and a miss is one.
+    engine.close().unwrap();
+    let engine = open(&fs, &config, &clock);
+    let item = engine.get(b"k").unwrap().expect("still there");
+    assert_eq!((&item.value[..], item.exptime), (&b"on disk"[..], at));
+    let (missed, _) = engine.get_with(b"absent", options).unwrap();
+    assert!(missed.is_none());
+}
+
+#[test]
 fn items_found_expired_or_flushed_are_counted_once_each_as_memcached_counts_them() {
     let fs = MemFs::new();
     let clock = Clock::system();
