@@ -368,6 +368,44 @@ impl Engine {
         Ok(compacted.segments + merged.segments)
     }
 
+    /// Hands every live item to `visit`, with its key and value, one
+    /// keydir partition at a time, and returns how many it handed. Reads
+    /// do not mark the items fetched. The keys of one partition are
+    /// gathered under its read lock and their items read after it is let
+    /// go, so an item written or removed meanwhile is handed as it is
+    /// then, or not at all; an item present throughout is handed once.
+    /// Stops at `visit`'s first error, or a read's.
+    pub fn for_each_live<E: From<Error>>(
+        &self,
+        mut visit: impl FnMut(&[u8], Item) -> std::result::Result<(), E>,
+    ) -> std::result::Result<u64, E> {
+        let inner = &*self.inner;
+        let options = ReadOptions {
+            no_bump: true,
+            ..ReadOptions::default()
+        };
+        let mut handed = 0;
+        let mut keys = Vec::new();
+        for index in 0..inner.keydir.len() {
+            {
+                let now = inner.now();
+                let table = inner.keydir.partition_at(index).read();
+                let live = table.iter().filter(|entry| inner.is_live(entry, now));
+                keys.extend(live.map(|entry| entry.key().to_vec()));
+            }
+            for key in keys.drain(..) {
+                // The ticket matters to a caller that acts on what it read
+                // while others write (see `get_with`); a caller that wants
+                // the items durable syncs first.
+                if let (Some(item), _) = self.get_with(&key, options)? {
+                    visit(&key, item)?;
+                    handed += 1;
+                }
+            }
+        }
+        Ok(handed)
+    }
+
     /// Runs the maintenance work (delayed flushes, reclaiming flushed and
     /// expired items, cache trimming) once now; the expiry sweep looks at
     /// one tick's share of the keydir partitions (8).

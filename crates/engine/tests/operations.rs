@@ -504,6 +504,42 @@ fn a_visiting_read_with_a_touch_sets_the_expiry_and_sees_the_value() {
 }
 
 #[test]
+fn every_live_item_is_handed_once_without_being_marked_fetched() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::EverySec), &clock);
+    for index in 0..500 {
+        set(&engine, format!("k{index}").as_bytes(), b"v");
+    }
+    let (_, ticket) = engine.delete(b"k7", None).unwrap();
+    engine.commit(ticket).unwrap();
+    let (_, ticket) = engine
+        .store(StoreMode::Set, b"k8", b"gone", 0, Expiry::Immediately)
+        .unwrap();
+    engine.commit(ticket).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let handed = engine
+        .for_each_live(|key, item| {
+            assert_eq!(&item.value[..], b"v");
+            assert!(seen.insert(key.to_vec()), "{key:?} handed twice");
+            Ok::<(), larder_engine::Error>(())
+        })
+        .unwrap();
+    assert_eq!((handed, seen.len()), (498, 498));
+    assert!(!seen.contains(b"k7".as_slice()) && !seen.contains(b"k8".as_slice()));
+    let (item, _) = engine.get_with(b"k1", ReadOptions::default()).unwrap();
+    assert!(!item.unwrap().fetched_before, "the walk marked k1 fetched");
+    // A visitor's error stops the walk and comes back.
+    let mut calls = 0;
+    let stopped = engine.for_each_live(|_, _| {
+        calls += 1;
+        Err(larder_engine::Error::Closed)
+    });
+    assert!(matches!(stopped, Err(larder_engine::Error::Closed)));
+    assert_eq!(calls, 1);
+}
+
+#[test]
 fn a_get_and_touch_of_a_value_held_only_in_its_file_reads_it_from_there() {
     let fs = MemFs::new();
     let clock = Clock::system();

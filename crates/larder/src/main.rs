@@ -28,7 +28,41 @@ enum Command {
     /// Verify every segment and hint file of a data directory: report each
     /// damaged record (file, offset, key if readable) and exit 1 if any.
     Check(CheckArgs),
+    /// Write every live item of a data directory no server has open as
+    /// memcached `set` commands (`set <key> <flags> <exptime> <bytes>
+    /// noreply`, the expiry as a unix time): a dump that `larder import`
+    /// reads, and that any memcached-compatible server takes as it stands.
+    Export(ExportArgs),
+    /// Store the items of a dump of `set` commands in a data directory no
+    /// server has open. The whole dump is read once first: one that holds
+    /// anything else changes nothing. Synced when it exits 0.
+    Import(ImportArgs),
     Bench(larder_bench::BenchArgs),
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// Data directory to export [default: ./larder-data].
+    #[arg(long = "data-dir", default_value = "larder-data")]
+    data_dir: PathBuf,
+    /// Write the dump to this file (whole or not at all) instead of
+    /// standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    /// The dump to read.
+    #[arg(value_name = "FILE")]
+    input: PathBuf,
+    /// Data directory to store the items in [default: ./larder-data].
+    #[arg(long = "data-dir", default_value = "larder-data")]
+    data_dir: PathBuf,
+    /// Largest value accepted, as `larder serve -I`: bytes, or with a k/m/g
+    /// suffix [default: 1m].
+    #[arg(short = 'I', long = "max-item-size")]
+    max_item_size: Option<String>,
 }
 
 #[derive(Args)]
@@ -256,10 +290,100 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// The exit code and line for a failed export or import.
+fn dump_failed(error: &larder_server::dump::DumpError) -> ExitCode {
+    eprintln!("larder: {error}");
+    ExitCode::from(if error.is_bad_input() { 2 } else { 1 })
+}
+
+fn export(args: ExportArgs) -> ExitCode {
+    let config = ServerConfig {
+        data_dir: args.data_dir,
+        ..ServerConfig::default()
+    };
+    let exported = match &args.output {
+        None => larder_server::dump::export(&config, &mut std::io::stdout().lock()),
+        Some(path) => export_to_file(&config, path),
+    };
+    match exported {
+        Ok(summary) => {
+            eprintln!(
+                "larder: exported {} items ({} bytes of values) from {}",
+                summary.items,
+                summary.value_bytes,
+                config.data_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => dump_failed(&error),
+    }
+}
+
+/// Exports to `path`: written under a temporary name beside it, synced,
+/// and renamed, so that `path` only ever holds a whole dump.
+fn export_to_file(
+    config: &ServerConfig,
+    path: &std::path::Path,
+) -> Result<larder_server::dump::Summary, larder_server::dump::DumpError> {
+    use larder_server::dump::DumpError;
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let io = |what: &str, source| DumpError::Io {
+        context: format!("{what} {}", partial.display()),
+        source,
+    };
+    let file = std::fs::File::create(&partial).map_err(|e| io("creating", e))?;
+    let mut out = std::io::BufWriter::new(file);
+    let written = larder_server::dump::export(config, &mut out).and_then(|summary| {
+        let file = out
+            .into_inner()
+            .map_err(|e| io("writing", e.into_error()))?;
+        file.sync_all().map_err(|e| io("syncing", e))?;
+        std::fs::rename(&partial, path).map_err(|e| io("renaming", e))?;
+        Ok(summary)
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written
+}
+
+fn import(args: ImportArgs) -> ExitCode {
+    let mut config = ServerConfig {
+        data_dir: args.data_dir,
+        ..ServerConfig::default()
+    };
+    if let Some(size) = args.max_item_size {
+        let file = ConfigFile {
+            max_item_size: Some(config::Size::Text(size)),
+            ..ConfigFile::default()
+        };
+        if let Err(error) = file.apply(&mut config).and_then(|()| config.validate()) {
+            eprintln!("larder: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    match larder_server::dump::import(&config, &args.input) {
+        Ok(summary) => {
+            eprintln!(
+                "larder: imported {} items ({} bytes of values) into {}",
+                summary.items,
+                summary.value_bytes,
+                config.data_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => dump_failed(&error),
+    }
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => larder_bench::run_cli(args),
         Command::Check(args) => check(args),
+        Command::Export(args) => export(args),
+        Command::Import(args) => import(args),
     }
 }

@@ -42,6 +42,7 @@
 pub mod config;
 mod connection;
 mod conns;
+pub mod dump;
 pub mod limits;
 mod meta;
 mod ring;

@@ -1,0 +1,156 @@
+"""`larder export` and `larder import`, through the real binary and real servers.
+
+Items written by a real client (pymemcache) to a real Larder come out of
+`larder export` as memcached `set` commands that a real memcached takes as
+they stand (sent down a socket, nothing comes back), and that `larder
+import` stores in a fresh data directory a restarted Larder then serves:
+the same values, flags and expiry. A dump with anything but `set` commands
+in it is refused with exit code 2 and one line naming the request, and
+leaves no data directory behind.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from pymemcache.client.base import Client
+
+from conftest import LARDER_BIN
+
+COMMAND_TIMEOUT_S = 60
+ITEMS = {
+    "plain": (b"value", 0, 0),
+    "binary": (bytes(range(256)) * 40, 42, 0),
+    "crlf": (b"a\r\nset x 0 0 1\r\ny\r\n", 7, 0),
+    "empty": (b"", 1, 0),
+    "expiring": (b"soon", 3, 3600),
+}
+
+
+def client(server) -> Client:
+    return Client(server.address, connect_timeout=5, timeout=10, default_noreply=False)
+
+
+def larder(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LARDER_BIN, *args], capture_output=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def fill(server) -> None:
+    c = client(server)
+    for key, (value, flags, expire) in ITEMS.items():
+        assert c.set(key, value, expire=expire, flags=flags)
+    assert c.set("deleted", b"x")
+    assert c.delete("deleted")
+    c.close()
+
+
+def meta_get(sock: socket.socket, key: str) -> tuple:
+    """`mg KEY v f t` on a raw socket: the header's fields and the value."""
+    sock.sendall(f"mg {key} v f t\r\n".encode())
+    stream = sock.makefile("rb")
+    fields = stream.readline().split()
+    assert fields[0] == b"VA", (key, fields)
+    value = stream.read(int(fields[1]) + 2)[:-2]
+    return fields, value
+
+
+def check(server) -> None:
+    with socket.create_connection(server.address, timeout=10) as sock:
+        for key, (value, flags, expire) in ITEMS.items():
+            fields, got = meta_get(sock, key)
+            assert got == value, (key, got[:100])
+            assert b"f%d" % flags in fields, (key, fields)
+            ttl = next(int(field[1:]) for field in fields if field.startswith(b"t"))
+            if expire:
+                assert 0 < ttl <= expire, (key, fields)
+            else:
+                assert ttl == -1, (key, fields)
+    c = client(server)
+    assert c.get_many(list(ITEMS) + ["deleted"]) == {key: item[0] for key, item in ITEMS.items()}
+    c.close()
+
+
+def test_an_export_loads_into_memcached_and_through_import_into_a_fresh_larder(servers, tmp_path):
+    source = servers.larder()
+    fill(source)
+    assert source.stop() == 0
+    dump = tmp_path / "dump"
+    exported = larder("export", "--data-dir", str(source.data_dir), "--output", str(dump))
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr.decode().strip() == (
+        f"larder: exported {len(ITEMS)} items "
+        f"({sum(len(item[0]) for item in ITEMS.values())} bytes of values) from {source.data_dir}"
+    )
+    assert not (tmp_path / "dump.partial").exists()
+    text = dump.read_bytes()
+    assert text.count(b" noreply\r\n") == len(ITEMS), text[:300]
+
+    # Into a real memcached, as it stands: `noreply`, so nothing comes back.
+    memcached = servers.memcached()
+    with socket.create_connection(memcached.address, timeout=10) as sock:
+        sock.sendall(text + b"mn\r\n")
+        reply = b""
+        while not reply.endswith(b"MN\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, reply
+            reply += chunk
+    assert reply == b"MN\r\n", reply
+    check(memcached)
+
+    # Into a fresh data directory, served by a new Larder.
+    target = tmp_path / "target"
+    imported = larder("import", "--data-dir", str(target), str(dump))
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stderr.decode().startswith(f"larder: imported {len(ITEMS)} items "), imported.stderr
+    check(servers.larder(data_dir=target))
+
+
+def test_an_export_to_standard_output_is_the_same_dump(servers, tmp_path):
+    source = servers.larder()
+    fill(source)
+    assert source.stop() == 0
+    dump = tmp_path / "dump"
+    assert larder("export", "--data-dir", str(source.data_dir), "-o", str(dump)).returncode == 0
+    piped = larder("export", "--data-dir", str(source.data_dir))
+    assert piped.returncode == 0, piped.stderr
+    # Items come in the keydir's order, which a restart may change.
+    def commands(text: bytes) -> list:
+        return sorted(text.split(b"set ")[1:])
+
+    assert commands(piped.stdout) == commands(dump.read_bytes())
+
+
+@pytest.mark.parametrize(
+    "text,where,reason",
+    [
+        (b"set a 0 0 1\r\nx\r\nget a\r\n", "request 2 (at byte 16)", "`get` is not a `set` command"),
+        (b"set a 0 0 1\r\nx\r\nset b 0 0 9\r\nabc", "request 2 (at byte 16)", "the file ends inside this request"),
+        (b"set a 0 0 1\r\nxyz\r\n", "request 1 (at byte 0)", "CLIENT_ERROR bad data chunk"),
+        (b"set a 0 0 2000000\r\n", "request 1 (at byte 0)", "SERVER_ERROR object too large for cache"),
+    ],
+)
+def test_a_bad_dump_is_refused_with_one_line_and_changes_nothing(tmp_path, text, where, reason):
+    dump = tmp_path / "dump"
+    dump.write_bytes(text)
+    target = tmp_path / "target"
+    result = larder("import", "--data-dir", str(target), str(dump))
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"larder: {dump}: {where}: {reason}"), lines
+    assert not target.exists()
+
+
+def test_a_directory_a_server_holds_is_not_exported(servers, tmp_path):
+    server = servers.larder()
+    result = larder("export", "--data-dir", str(server.data_dir), "-o", str(tmp_path / "dump"))
+    assert result.returncode == 1, result.stderr
+    assert "in use" in result.stderr.decode(), result.stderr
+    assert not (tmp_path / "dump").exists() and not (tmp_path / "dump.partial").exists()
+    # The server goes on serving.
+    c = client(server)
+    assert c.set("still", b"here") and c.get("still") == b"here"
+    c.close()
