@@ -83,6 +83,11 @@ fn io_error(context: String) -> impl FnOnce(std::io::Error) -> DumpError {
 /// Writes every live item of the data directory in `config` to `out` as
 /// `set` commands (see the module documentation).
 pub fn export(config: &ServerConfig, out: &mut dyn Write) -> Result<Summary, DumpError> {
+    // Opening would make an empty one, and export nothing from it.
+    if !config.data_dir.is_dir() {
+        let dir = config.data_dir.display();
+        return Err(DumpError::Config(format!("no data directory at {dir}")));
+    }
     let mut engine_config = config.engine_config();
     // Nothing is written but what opening writes; no compaction meanwhile.
     engine_config.background_threads = false;

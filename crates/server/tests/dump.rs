@@ -217,6 +217,11 @@ fn an_empty_dump_imports_nothing_and_a_missing_one_is_an_error() {
     let missing = dump::import(&config(&target), &root.path().join("nothing")).unwrap_err();
     assert!(matches!(missing, DumpError::Io { .. }), "{missing}");
     assert!(!missing.is_bad_input());
+    // Nor is a data directory that is not there exported (as empty).
+    let nowhere = root.path().join("nowhere");
+    let error = dump::export(&config(&nowhere), &mut Vec::new()).unwrap_err();
+    assert!(error.is_bad_input(), "{error}");
+    assert!(!nowhere.exists());
 }
 
 #[test]
