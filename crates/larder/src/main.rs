@@ -341,6 +341,16 @@ fn export_to_file(
             .map_err(|e| io("writing", e.into_error()))?;
         file.sync_all().map_err(|e| io("syncing", e))?;
         std::fs::rename(&partial, path).map_err(|e| io("renaming", e))?;
+        // The new name too is on disk when the export says it is done.
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => std::path::Path::new("."),
+        };
+        let directory = std::fs::File::open(parent).and_then(|dir| dir.sync_all());
+        directory.map_err(|e| DumpError::Io {
+            context: format!("syncing {}", parent.display()),
+            source: e,
+        })?;
         Ok(summary)
     });
     if written.is_err() {

@@ -101,7 +101,7 @@ pub(crate) fn decode_key(text: &[u8]) -> Option<DecodedKey> {
 }
 
 /// Appends the padded base64 encoding of `bytes` to `out`.
-pub(crate) fn encode_into(bytes: &[u8], out: &mut impl bytes::BufMut) {
+pub fn encode_into(bytes: &[u8], out: &mut impl bytes::BufMut) {
     let symbol = |index: u8| {
         ALPHABET
             .get(usize::from(index & 0x3f))

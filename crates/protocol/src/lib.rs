@@ -61,7 +61,7 @@ mod parse;
 pub mod reply;
 pub mod request;
 
-pub use base64::DecodedKey;
+pub use base64::{encode_into as encode_base64, DecodedKey};
 pub use error::{ErrorKind, ParseError};
 pub use limits::{Limits, LimitsError, KEY_BYTES_MAX};
 pub use number::parse_counter;

@@ -456,7 +456,9 @@ impl Exchange {
     pub(crate) async fn commit(&mut self) {
         let ticket = self.session.ticket;
         if ticket != larder_engine::Ticket::NONE {
-            self.syncing();
+            if self.session.shared.config.durability == larder_engine::Durability::Always {
+                self.syncing();
+            }
             let commit = self.session.shared.engine.commit_async(ticket);
             if let Err(error) = commit.await {
                 self.commit_failed(&error);

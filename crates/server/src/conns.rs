@@ -80,8 +80,10 @@ pub(crate) fn unix_name(path: &Path) -> String {
     format!("unix:{path}")
 }
 
-/// One open connection, as `stats conns` shows it.
+/// One open connection, as `stats conns` shows it. A cache line of its own,
+/// which only its connection's thread writes.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct ConnInfo {
     fd: RawFd,
     /// The client's address (see [`tcp_name`]).

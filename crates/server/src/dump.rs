@@ -8,10 +8,19 @@
 //! ```
 //!
 //! with the expiry as an absolute unix time (0 for none), which memcached
-//! reads as such since it is past 30 days. So a dump also loads into any
-//! memcached-compatible server as it stands (`noreply`: nothing comes
-//! back), and [`import`] takes any stream of `set` commands, whoever wrote
-//! it. The CAS values are not kept: a server gives its own.
+//! reads as such since it is past 30 days. A key the text protocol cannot
+//! carry (one stored in base64 through the meta protocol, holding a
+//! space, a control byte or the like) goes as a meta set with the key in
+//! base64 instead:
+//!
+//! ```text
+//! ms <base64 key> <bytes> b F<flags> T<exptime> q\r\n<value>\r\n
+//! ```
+//!
+//! So a dump also loads into any memcached-compatible server as it stands
+//! (`noreply` and `q`: nothing comes back), and [`import`] takes any
+//! stream of such commands, whoever wrote it. The CAS values are not kept:
+//! a server gives its own.
 //!
 //! Both work on a data directory no server has open (the engine's lock
 //! file says if one has), opening it as a start would.
@@ -19,9 +28,9 @@
 use crate::ServerConfig;
 use bytes::{Buf, BytesMut};
 use larder_engine::{Durability, Engine, Expiry, Item, StoreMode, Ticket};
-use larder_protocol::{parse, Limits, Parsed, Request, StoreCommand};
+use larder_protocol::{parse, Limits, MetaSet, MetaSetMode, Parsed, Request, StoreCommand};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// Bytes read from a dump at a time (a longer request is read whole).
@@ -66,6 +75,9 @@ pub enum DumpError {
     /// The settings are unusable.
     #[error("{0}")]
     Config(String),
+    /// The dump changed between the import's two reads of it.
+    #[error("{} changed while it was being imported", .0.display())]
+    Changed(PathBuf),
 }
 
 impl DumpError {
@@ -107,70 +119,121 @@ pub fn export(config: &ServerConfig, out: &mut dyn Write) -> Result<Summary, Dum
     Ok(summary)
 }
 
-/// One item as a `set` command.
+/// One item as a `set` command, or an `ms` with its key in base64 where
+/// the text protocol cannot carry the key. (Such a key came in base64,
+/// whose 250 bytes at most on the wire decode to 186, so its base64 fits
+/// again.)
 fn write_set(out: &mut dyn Write, key: &[u8], item: &Item) -> std::io::Result<()> {
     // Stored expiry times are absolute; the protocol's exptime is an i32.
     let exptime = item.exptime.min(i32::MAX as u32);
-    out.write_all(b"set ")?;
-    out.write_all(key)?;
-    write!(
-        out,
-        " {} {exptime} {} noreply\r\n",
-        item.flags,
-        item.value.len()
-    )?;
+    let (flags, len) = (item.flags, item.value.len());
+    // As a text protocol key may be: no space, control byte or DEL (bytes
+    // past ASCII, UTF-8 say, are fine).
+    if key.iter().all(|&byte| byte > b' ' && byte != 0x7f) {
+        out.write_all(b"set ")?;
+        out.write_all(key)?;
+        write!(out, " {flags} {exptime} {len} noreply\r\n")?;
+    } else {
+        let mut encoded = Vec::with_capacity(key.len() * 4 / 3 + 4);
+        larder_protocol::encode_base64(key, &mut encoded);
+        out.write_all(b"ms ")?;
+        out.write_all(&encoded)?;
+        write!(out, " {len} b F{flags} T{exptime} q\r\n")?;
+    }
     out.write_all(&item.value)?;
     out.write_all(b"\r\n")
 }
 
-/// Stores every item of the dump at `path` in the data directory in
-/// `config`, after reading the whole dump once to check it: a dump with
-/// anything but `set` commands in it, or a value over the item size limit,
-/// changes nothing. Items are stored as a `set` stores them (a key already
-/// there gets the dump's value; others stay), with `none` durability, and
-/// the directory is synced once at the end: the import is durable when
-/// this returns. A failure while storing (a full disk, say) leaves the
-/// items stored before it.
+/// Stores every item of the dump at `path` (a regular file: it is read
+/// twice) in the data directory in `config`, after reading the whole dump
+/// once to check it: a dump with anything but plain stores in it (`set`,
+/// or `ms` with no flags but `b`, `F`, `T` and `q`), or a value over the
+/// item size limit, changes nothing. Items are stored as a `set` stores
+/// them (a key already there gets the dump's value; others stay), with
+/// `none` durability, and the directory is synced once at the end: the
+/// import is durable when this returns. A failure while storing (a full
+/// disk, say) leaves the items stored before it, synced as far as the disk
+/// allows.
 pub fn import(config: &ServerConfig, path: &Path) -> Result<Summary, DumpError> {
     let limits = Limits::default()
         .with_item_bytes_max(config.max_item_size)
         .map_err(|error| DumpError::Config(format!("max item size: {error}")))?;
+    let mut file = File::open(path).map_err(io_error(format!("opening {}", path.display())))?;
+    let before = file_identity(&file, path)?;
+    if !before.regular {
+        return Err(DumpError::Config(format!(
+            "{} is not a regular file: an import reads its dump twice, so save it to a file first",
+            path.display()
+        )));
+    }
     let mut checked = Summary::default();
-    for_each_set(path, &limits, |_, value, _, _| {
+    for_each_set(&mut file, path, &limits, |_, value, _, _| {
         checked.items += 1;
         checked.value_bytes += value.len() as u64;
         Ok(())
     })?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(io_error(format!("reading {}", path.display())))?;
+    let changed = || DumpError::Changed(path.to_owned());
+    if file_identity(&file, path)? != before {
+        return Err(changed());
+    }
     let mut engine_config = config.engine_config();
     engine_config.durability = Durability::None;
     let engine = Engine::open(engine_config)?;
     let mut last = Ticket::NONE;
-    let stored = for_each_set(path, &limits, |key, value, flags, exptime| {
+    let mut stored = Summary::default();
+    let storing = for_each_set(&mut file, path, &limits, |key, value, flags, exptime| {
         let expiry = Expiry::from_memcached(i64::from(exptime), engine.clock().now());
         let (_, ticket) = engine.store(StoreMode::Set, key, value, flags, expiry)?;
         last = ticket;
+        stored.items += 1;
+        stored.value_bytes += value.len() as u64;
         Ok(())
     });
     // Written out and synced even after a failure, so that what was
-    // stored stays.
-    let committed = engine.commit(last);
-    let closed = engine.close();
-    committed?;
-    stored?;
-    closed?;
-    Ok(checked)
+    // stored stays; a sync that failed at any time is an error here.
+    let synced = engine
+        .commit(last)
+        .and_then(|()| engine.sync())
+        .map_err(DumpError::from);
+    let closed = engine.close().map_err(DumpError::from);
+    storing.and(synced).and(closed)?;
+    if stored != checked {
+        return Err(changed());
+    }
+    Ok(stored)
 }
 
-/// Reads the dump at `path` and hands each `set` command's key, value,
-/// flags and exptime to `store`; fails at the first request that is not a
-/// well-formed `set`.
+/// What tells whether a file changed between two reads: its kind, length
+/// and modification time.
+#[derive(Debug, PartialEq, Eq)]
+struct FileIdentity {
+    regular: bool,
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+fn file_identity(file: &File, path: &Path) -> Result<FileIdentity, DumpError> {
+    let metadata = file
+        .metadata()
+        .map_err(io_error(format!("reading {}", path.display())))?;
+    Ok(FileIdentity {
+        regular: metadata.is_file(),
+        len: metadata.len(),
+        modified: metadata.modified().ok(),
+    })
+}
+
+/// Reads the dump in `file` (at `path`) from where it stands and hands
+/// each store's key, value, flags and exptime to `store`; fails at the
+/// first request that is not a plain store (see [`import`]).
 fn for_each_set(
+    file: &mut File,
     path: &Path,
     limits: &Limits,
     mut store: impl FnMut(&[u8], &[u8], u32, i32) -> Result<(), DumpError>,
 ) -> Result<(), DumpError> {
-    let opening = format!("opening {}", path.display());
-    let mut file = File::open(path).map_err(io_error(opening))?;
     let mut input = BytesMut::with_capacity(READ_BYTES);
     let (mut request, mut offset) = (1u64, 0u64);
     let refuse = |request, offset, reason: String| DumpError::Input {
@@ -191,20 +254,35 @@ fn for_each_set(
                 offset += frame_bytes as u64;
                 continue;
             }
+            Ok(Parsed::Complete {
+                request: Request::MetaSet(set),
+                frame_bytes,
+            }) if plain_meta_set(&set) => {
+                let flags = set.flags.client_flags.unwrap_or(0);
+                let exptime = set.flags.ttl.unwrap_or(0);
+                store(&set.key.bytes(), set.value, flags, exptime)?;
+                input.advance(frame_bytes);
+                request += 1;
+                offset += frame_bytes as u64;
+                continue;
+            }
             Ok(Parsed::Complete { .. }) => {
                 let name = input[..]
                     .split(|&byte| byte == b' ' || byte == b'\r' || byte == b'\n')
                     .next()
                     .unwrap_or_default();
                 let name = String::from_utf8_lossy(name).into_owned();
-                let reason = format!("`{name}` is not a `set` command, the only one a dump holds");
+                let reason = format!(
+                    "`{name}` is not a plain store (`set`, or `ms` with no flags but b, F, T and q), \
+                     the only command a dump holds"
+                );
                 return Err(refuse(request, offset, reason));
             }
             Ok(Parsed::Incomplete { frame_bytes }) => frame_bytes.unwrap_or(0),
             Err(error) => return Err(refuse(request, offset, error.kind.to_string())),
         };
         let room = READ_BYTES.max(wanted.saturating_sub(input.len()));
-        let read = read_more(&mut file, &mut input, room)
+        let read = read_more(file, &mut input, room)
             .map_err(io_error(format!("reading {}", path.display())))?;
         if read == 0 {
             if input.is_empty() {
@@ -214,6 +292,17 @@ fn for_each_set(
             return Err(refuse(request, offset, reason));
         }
     }
+}
+
+/// Whether an `ms` only stores its value, as a `set` does: no mode but set,
+/// and of the flags that change what is stored, only the client flags and
+/// the expiry.
+fn plain_meta_set(set: &MetaSet<'_>) -> bool {
+    let flags = &set.flags;
+    set.mode == MetaSetMode::Set
+        && flags.compare_cas.is_none()
+        && !flags.invalidate
+        && flags.vivify_ttl.is_none()
 }
 
 /// Appends up to `room` bytes from `file` to `input`; returns how many (0

@@ -75,11 +75,26 @@ fn an_exported_directory_comes_back_whole_through_an_import() {
     engine.commit(ticket).unwrap();
     store(&engine, b"expired", b"gone", 0, Expiry::Immediately);
     store(&engine, b"plain", b"newer", 3, Expiry::Never);
+    // Keys the text protocol cannot carry (stored through the meta
+    // protocol in base64), the longest such a key can be too: 186 bytes,
+    // whose base64 fits the 250 bytes of a key on the wire.
+    let injected = b"a\r\nflush_all noreply\r\nset b".to_vec();
+    let long: Vec<u8> = (0..186).map(|i| [b' ', 0, 0xff, b'k'][i % 4]).collect();
+    store(&engine, &injected, b"kept apart", 9, Expiry::At(now + 60));
+    store(&engine, &long, b"long", 0, Expiry::Never);
+    // The longest key a text client can send, in UTF-8: it goes as a `set`.
+    store(
+        &engine,
+        "ü".repeat(125).as_bytes(),
+        b"utf-8",
+        0,
+        Expiry::Never,
+    );
     engine.close().unwrap();
     let want = items(&source);
     assert_eq!(
         want.len(),
-        5,
+        8,
         "{:?}",
         want.iter().map(|item| &item.0).collect::<Vec<_>>()
     );
@@ -90,10 +105,20 @@ fn an_exported_directory_comes_back_whole_through_an_import() {
     assert_eq!(
         exported,
         Summary {
-            items: 5,
+            items: 8,
             value_bytes
         }
     );
+    let text = std::fs::read(&file).unwrap();
+    let count = |needle: &[u8]| {
+        text.windows(needle.len())
+            .filter(|window| *window == needle)
+            .count()
+    };
+    // Two items as `ms` with base64 keys, none of whose bytes leaked out.
+    let at_start = usize::from(text.starts_with(b"ms "));
+    assert_eq!(at_start + count(b"\nms "), 2);
+    assert_eq!(count(b"flush_all"), 0);
     let imported = dump::import(&config(&target), &file).unwrap();
     assert_eq!(imported, exported);
     assert_eq!(items(&target), want);
@@ -145,14 +170,14 @@ fn a_dump_that_is_not_all_well_formed_sets_changes_nothing() {
             format!("{good}get a\r\n"),
             2,
             16,
-            "`get` is not a `set`",
+            "`get` is not a plain store",
         ),
         (
             "an add",
             format!("{good}add b 0 0 1\r\ny\r\n"),
             2,
             16,
-            "`add` is not a `set`",
+            "`add` is not a plain store",
         ),
         (
             "cut short",
@@ -203,6 +228,49 @@ fn a_dump_that_is_not_all_well_formed_sets_changes_nothing() {
         assert!(error.is_bad_input());
         assert!(!target.exists(), "{what}: the data directory was made");
     }
+}
+
+#[test]
+fn only_plain_meta_sets_are_taken_besides_set() {
+    let root = tempfile::tempdir().unwrap();
+    let target = root.path().join("target");
+    let file = root.path().join("dump");
+    // `a b` in base64, with flags and an expiry; and a plain key.
+    std::fs::write(&file, "ms YSBi 2 b F5 T0 q\r\nhi\r\nms plain 1 F1\r\nx\r\n").unwrap();
+    let imported = dump::import(&config(&target), &file).unwrap();
+    assert_eq!(imported.items, 2);
+    let got = items(&target);
+    assert_eq!(
+        got,
+        [
+            (b"a b".to_vec(), b"hi".to_vec(), 5, 0),
+            (b"plain".to_vec(), b"x".to_vec(), 1, 0)
+        ]
+    );
+    for refused in [
+        "ms k 1 C5\r\nx\r\n",
+        "ms k 1 MA\r\nx\r\n",
+        "ms k 1 I\r\nx\r\n",
+    ] {
+        let other = root.path().join("other");
+        std::fs::write(&file, refused).unwrap();
+        let error = dump::import(&config(&other), &file).unwrap_err();
+        assert!(
+            error.to_string().contains("not a plain store"),
+            "{refused:?}: {error}"
+        );
+        assert!(!other.exists());
+    }
+}
+
+#[test]
+fn a_dump_that_is_not_a_regular_file_is_refused_before_it_is_read() {
+    let root = tempfile::tempdir().unwrap();
+    let target = root.path().join("target");
+    let error = dump::import(&config(&target), root.path()).unwrap_err();
+    assert!(error.to_string().contains("not a regular file"), "{error}");
+    assert!(error.is_bad_input());
+    assert!(!target.exists());
 }
 
 #[test]
