@@ -294,15 +294,15 @@ fn for_each_set(
     }
 }
 
-/// Whether an `ms` only stores its value, as a `set` does: no mode but set,
-/// and of the flags that change what is stored, only the client flags and
-/// the expiry.
+/// Whether an `ms` only stores its value, as a `set` does: its flags are
+/// at most `b` (the key in base64), `F` (client flags), `T` (expiry) and
+/// `q` (quiet).
 fn plain_meta_set(set: &MetaSet<'_>) -> bool {
-    let flags = &set.flags;
-    set.mode == MetaSetMode::Set
-        && flags.compare_cas.is_none()
-        && !flags.invalidate
-        && flags.vivify_ttl.is_none()
+    let plain = set
+        .flags
+        .requested()
+        .all(|letter| matches!(letter, b'b' | b'F' | b'T' | b'q'));
+    plain && set.mode == MetaSetMode::Set
 }
 
 /// Appends up to `room` bytes from `file` to `input`; returns how many (0

@@ -247,13 +247,10 @@ fn only_plain_meta_sets_are_taken_besides_set() {
             (b"plain".to_vec(), b"x".to_vec(), 1, 0)
         ]
     );
-    for refused in [
-        "ms k 1 C5\r\nx\r\n",
-        "ms k 1 MA\r\nx\r\n",
-        "ms k 1 I\r\nx\r\n",
-    ] {
+    let refused = ["C5", "MA", "MS", "I", "c", "k", "Oab", "N30"];
+    for refused in refused.map(|flag| format!("ms k 1 {flag}\r\nx\r\n")) {
         let other = root.path().join("other");
-        std::fs::write(&file, refused).unwrap();
+        std::fs::write(&file, &refused).unwrap();
         let error = dump::import(&config(&other), &file).unwrap_err();
         assert!(
             error.to_string().contains("not a plain store"),
