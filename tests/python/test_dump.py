@@ -6,7 +6,8 @@ they stand (sent down a socket, nothing comes back), and that `larder
 import` stores in a fresh data directory a restarted Larder then serves:
 the same values, flags and expiry. A dump with anything but `set` commands
 in it is refused with exit code 2 and one line naming the request, and
-leaves no data directory behind.
+leaves no data directory behind. And memcached's own `memcached-tool ...
+dump` dumps a running Larder, through `lru_crawler metadump all`.
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ def larder(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([LARDER_BIN, *args], capture_output=True, timeout=COMMAND_TIMEOUT_S)
 
 
-def fill(server) -> None:
+def fill(server, awkward: bool = True) -> None:
     c = client(server)
     for key, (value, flags, expire) in ITEMS.items():
         assert c.set(key, value, expire=expire, flags=flags)
     assert c.set("deleted", b"x")
     assert c.delete("deleted")
     c.close()
+    if not awkward:
+        return
     with socket.create_connection(server.address, timeout=10) as sock:
         sock.sendall(f"ms {AWKWARD_KEY} {len(AWKWARD_VALUE)} b F9\r\n".encode() + AWKWARD_VALUE + b"\r\n")
         assert sock.makefile("rb").readline() == b"HD\r\n"
@@ -167,3 +170,31 @@ def test_a_directory_a_server_holds_is_not_exported(servers, tmp_path):
     c = client(server)
     assert c.set("still", b"here") and c.get("still") == b"here"
     c.close()
+
+
+MEMCACHED_TOOL = Path("/usr/share/memcached/scripts/memcached-tool")
+
+
+def test_memcached_tool_dumps_a_running_larder(servers):
+    # memcached-tool (from the memcached package) lists the keys with
+    # `lru_crawler metadump all`, then gets each and prints it as an `add`.
+    assert MEMCACHED_TOOL.exists(), f"{MEMCACHED_TOOL} (package memcached) is not installed"
+    server = servers.larder()
+    # Not the awkward key: memcached-tool would send its raw bytes in a `get`.
+    fill(server, awkward=False)
+    result = subprocess.run(
+        ["perl", str(MEMCACHED_TOOL), f"{server.address[0]}:{server.address[1]}", "dump"],
+        capture_output=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    dumped = result.stdout
+    for key, (value, flags, expire) in ITEMS.items():
+        head = f"add {key} {flags} ".encode()
+        at = dumped.find(head)
+        assert at >= 0, (key, dumped[:300])
+        line, _, rest = dumped[at:].partition(b"\r\n")
+        exptime, length = (int(field) for field in line.split()[3:5])
+        assert length == len(value) and rest[:length] == value, (key, line)
+        assert (exptime > 0) == (expire > 0), (key, line)
+    assert b"add deleted " not in dumped

@@ -652,6 +652,50 @@ def test_stats_conns_lists_each_connection_as_memcached_does(memcached, larder):
                 sock.close()
 
 
+def metadump(address: Tuple[str, int]) -> Dict[str, Dict[str, str]]:
+    """`lru_crawler metadump all`: each listed key's fields."""
+    with socket.create_connection(address, timeout=STEP_TIMEOUT_S * 5) as sock:
+        sock.sendall(b"lru_crawler metadump all\r\n")
+        reply = b""
+        while not reply.endswith(b"END\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {reply!r}"
+            reply += chunk
+    lines = reply[: -len(b"END\r\n")].decode().split("\n")
+    assert lines[-1] == "", reply  # every item line ends with a bare newline
+    listed: Dict[str, Dict[str, str]] = {}
+    for line in lines[:-1]:
+        fields = dict(field.split("=", 1) for field in line.split(" "))
+        assert list(fields) == ["key", "exp", "la", "cas", "fetch", "cls", "size"], line
+        assert fields["key"] not in listed, line
+        listed[fields["key"]] = fields
+    return listed
+
+
+def test_lru_crawler_metadump_lists_items_as_memcached_does(memcached, larder):
+    # Servers of their own: the listing is of every item. Keys with bytes
+    # memcached percent-encodes, one expiring, one fetched.
+    keys = ["plain", "per%cent", "a+b/c", "tilde~dash-dot._"]
+    for server in (memcached, larder):
+        with socket.create_connection(server.address, timeout=STEP_TIMEOUT_S * 5) as sock:
+            request = b"".join(f"set {key} 0 0 1\r\nx\r\n".encode() for key in keys)
+            request += b"set expiring 3 1000 1\r\ny\r\nget plain\r\nmn\r\n"
+            sock.sendall(request)
+            reply = b""
+            while not reply.endswith(b"MN\r\n"):
+                reply += sock.recv(65536)
+        now = time.time()
+        listed = metadump(server.address)
+        want = {"plain", "per%25cent", "a%2Bb%2Fc", "tilde~dash-dot._", "expiring"}
+        assert set(listed) == want, (server, listed)
+        assert listed["plain"]["fetch"] == "yes" and listed["per%25cent"]["fetch"] == "no", (server, listed)
+        assert listed["plain"]["exp"] == "-1", (server, listed)
+        assert abs(int(listed["expiring"]["exp"]) - (now + 1000)) <= 3, (server, listed)
+        for fields in listed.values():
+            assert fields["cls"] == "1" and int(fields["size"]) > 0, (server, fields)
+            assert abs(int(fields["la"]) - now) <= 3 and int(fields["cas"]) > 0, (server, fields)
+
+
 # ---- documented differences, pinned ---------------------------------------
 # The README names these differences from memcached; each test below holds
 # Larder to what the README says (and, where it says so, memcached to its side).

@@ -368,6 +368,33 @@ impl Engine {
         Ok(compacted.segments + merged.segments)
     }
 
+    /// How many keydir partitions there are (see [`Engine::walk_partition`]).
+    pub fn partitions(&self) -> usize {
+        self.inner.keydir.len()
+    }
+
+    /// Hands each live item of keydir partition `index` to `visit`: its
+    /// key, the item without its value (not marked fetched), and the bytes
+    /// its record takes on disk. Runs under the partition's read lock, so
+    /// `visit` must be brief and must not call into the engine. Past the
+    /// last partition there is nothing to walk.
+    pub fn walk_partition(&self, index: usize, mut visit: impl FnMut(&[u8], &Item, u64)) {
+        let inner = &*self.inner;
+        if index >= self.partitions() {
+            return;
+        }
+        let options = ReadOptions {
+            no_bump: true,
+            ..ReadOptions::default()
+        };
+        let now = inner.now();
+        let table = inner.keydir.partition_at(index).read();
+        for entry in table.iter().filter(|entry| inner.is_live(entry, now)) {
+            let item = inner.describe(entry, now, options);
+            visit(entry.key(), &item, entry.record_len());
+        }
+    }
+
     /// Hands every live item to `visit`, with its key and value, one
     /// keydir partition at a time, and returns how many it handed. Reads
     /// do not mark the items fetched. The keys of one partition are
@@ -379,20 +406,14 @@ impl Engine {
         &self,
         mut visit: impl FnMut(&[u8], Item) -> std::result::Result<(), E>,
     ) -> std::result::Result<u64, E> {
-        let inner = &*self.inner;
         let options = ReadOptions {
             no_bump: true,
             ..ReadOptions::default()
         };
         let mut handed = 0;
         let mut keys = Vec::new();
-        for index in 0..inner.keydir.len() {
-            {
-                let now = inner.now();
-                let table = inner.keydir.partition_at(index).read();
-                let live = table.iter().filter(|entry| inner.is_live(entry, now));
-                keys.extend(live.map(|entry| entry.key().to_vec()));
-            }
+        for index in 0..self.partitions() {
+            self.walk_partition(index, |key, _, _| keys.push(key.to_vec()));
             for key in keys.drain(..) {
                 // The ticket matters to a caller that acts on what it read
                 // while others write (see `get_with`); a caller that wants

@@ -105,6 +105,7 @@ impl<'a> Command<'a, '_> {
             b"version" => self.complete(Request::Version),
             b"quit" => self.complete(Request::Quit),
             b"verbosity" => request::admin::parse_verbosity(self),
+            b"lru_crawler" => request::admin::parse_lru_crawler(self),
             [b's' | b'a' | b'c' | b'i' | b'd' | b't', ..] => {
                 Err(self.reject(ErrorKind::UnknownCommand))
             }

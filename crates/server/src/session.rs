@@ -88,6 +88,10 @@ pub struct Session {
     /// They became a `SERVER_ERROR` (see [`Session::fail_acks`]): it is
     /// answered.
     pub(crate) retrieval_failed: bool,
+    /// Keydir partitions of the `lru_crawler metadump` at the front of the
+    /// input already listed, when it stopped as [`Flow::Unfinished`]; 0
+    /// otherwise.
+    pub(crate) dump_partitions_done: usize,
 }
 
 impl Session {
@@ -103,6 +107,7 @@ impl Session {
             retrieval_keys_done: 0,
             retrieval_acked: false,
             retrieval_failed: false,
+            dump_partitions_done: 0,
         }
     }
 
@@ -279,6 +284,7 @@ impl Session {
             Request::MetaArithmetic(arith) => self.meta_arithmetic(&arith),
             Request::MetaNoop => reply::meta::write_meta_noop(&mut self.output),
             Request::MetaDebug(debug) => self.meta_debug(&debug),
+            Request::MetaDump => return self.metadump(),
         }
         Flow::Continue
     }

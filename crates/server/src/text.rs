@@ -273,6 +273,70 @@ impl Session {
     }
 }
 
+impl Session {
+    /// `lru_crawler metadump`: memcached's line for each live item, one
+    /// keydir partition at a time, in parts of about
+    /// [`WRITE_BUFFER_BYTES_SOFT_MAX`] (as a `get` of many keys is answered),
+    /// so that listing millions of keys never holds more than a part and
+    /// one partition's lines. An item written while the listing runs may
+    /// be listed or not; one that lives throughout is listed once.
+    pub(crate) fn metadump(&mut self) -> Flow {
+        let engine = std::sync::Arc::clone(&self.shared.engine);
+        let done = std::mem::take(&mut self.dump_partitions_done);
+        for index in done..engine.partitions() {
+            // Each pass lists its first partition whatever the buffer
+            // holds, so every pass moves on.
+            if index > done && self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                self.dump_partitions_done = index;
+                return Flow::Unfinished;
+            }
+            let output = &mut self.output;
+            engine.walk_partition(index, |key, item, size| {
+                write_metadump_line(output, key, item, size);
+            });
+        }
+        reply::write_reply(&mut self.output, Reply::End);
+        Flow::Continue
+    }
+}
+
+/// One item's `lru_crawler metadump` line, as memcached writes it: the key
+/// percent-encoded (all but letters, digits and `-._~`), the expiry and
+/// last access as unix times (`exp=-1` for none), whether it was fetched,
+/// its class (Larder has one) and its size (Larder's: its record's bytes
+/// on disk).
+fn write_metadump_line(
+    out: &mut bytes::BytesMut,
+    key: &[u8],
+    item: &larder_engine::Item,
+    size: u64,
+) {
+    out.extend_from_slice(b"key=");
+    for &byte in key {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.extend_from_slice(&[byte]);
+        } else {
+            let hex = b"0123456789ABCDEF";
+            let high = hex.get(usize::from(byte >> 4)).copied().unwrap_or(b'0');
+            let low = hex.get(usize::from(byte & 0xf)).copied().unwrap_or(b'0');
+            out.extend_from_slice(&[b'%', high, low]);
+        }
+    }
+    let exp = match item.exptime {
+        0 => -1,
+        at => i64::from(at),
+    };
+    let fetch = if item.fetched_before { "yes" } else { "no" };
+    // Writing to memory cannot fail.
+    let _ = std::fmt::Write::write_fmt(
+        out,
+        format_args!(
+            " exp={exp} la={} cas={} fetch={fetch} cls=1 size={size}\n",
+            item.last_access, item.cas
+        ),
+    );
+}
+
 /// The seconds from `now` until a `flush_all` with `delay` (relative
 /// seconds, or a unix time past 30 days, as an exptime) takes effect, 0 for
 /// at once. memcached flushes what was stored up to and including the second

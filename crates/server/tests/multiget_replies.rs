@@ -128,3 +128,48 @@ fn a_gat_of_many_large_values_touches_each_key_once_across_its_parts() {
         assert!((990..=1000).contains(&ttl), "{key}: ttl {ttl}");
     }
 }
+
+/// `lru_crawler metadump all` is answered in parts as well: a line per
+/// live item, each once, then `END`, and the requests pipelined after it
+/// are answered after that.
+#[test]
+fn a_metadump_of_more_lines_than_the_soft_limit_lists_every_item_once() {
+    // About 60k lines of some 120 bytes: 7 MB, past the 4 MiB soft limit.
+    const KEYS: usize = 60_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), Durability::EverySec);
+    let mut raw = server.raw();
+    let key = |index: usize| format!("metadump-key-{index:08}-{}", "k".repeat(20));
+    let mut batch = Vec::new();
+    for index in 0..KEYS {
+        batch.extend_from_slice(format!("set {} 0 0 1 noreply\r\nv\r\n", key(index)).as_bytes());
+    }
+    batch.extend_from_slice(b"delete gone\r\n");
+    raw.call(&batch, b"NOT_FOUND\r\n");
+    raw.send(b"lru_crawler metadump all\r\nget metadump-key-00000007-kkkkkkkkkkkkkkkkkkkk\r\n");
+    let mut listed = std::collections::BTreeSet::new();
+    loop {
+        let line = raw.read_line();
+        if line == "END\r\n" {
+            break;
+        }
+        // As memcached's: a bare newline after each item.
+        let line = line
+            .strip_suffix('\n')
+            .filter(|line| !line.ends_with('\r'))
+            .unwrap_or_else(|| panic!("not ended by a bare newline: {line:?}"));
+        let (name, rest) = line
+            .strip_prefix("key=")
+            .and_then(|line| line.split_once(' '))
+            .unwrap_or_else(|| panic!("not a metadump line: {line:?}"));
+        assert!(rest.starts_with("exp=-1 la="), "{line}");
+        assert!(rest.contains(" fetch=no cls=1 size="), "{line}");
+        assert!(listed.insert(name.to_owned()), "{name} listed twice");
+    }
+    assert_eq!(listed.len(), KEYS);
+    assert!(listed.iter().eq((0..KEYS)
+        .map(key)
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()));
+    raw.expect(format!("VALUE {} 0 1\r\nv\r\nEND\r\n", key(7)).as_bytes());
+}

@@ -93,6 +93,18 @@ pub(crate) fn parse_verbosity<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, P
     cmd.complete(Request::Verbosity(Verbosity { level, noreply }))
 }
 
+/// `lru_crawler metadump <all|hash|1>`; any other `lru_crawler` line is an
+/// unknown command.
+pub(crate) fn parse_lru_crawler<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, ParseError> {
+    let dump = cmd.words.ntokens() == 4
+        && cmd.word(1) == b"metadump"
+        && matches!(cmd.word(2), b"all" | b"hash" | b"1");
+    if !dump {
+        return Err(cmd.reject(ErrorKind::UnknownCommand));
+    }
+    cmd.complete(Request::MetaDump)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{parse, ErrorKind, Limits, Parsed, Request};
@@ -157,6 +169,29 @@ mod tests {
             detail.args().collect::<Vec<_>>(),
             vec![&b"detail"[..], b"on"]
         );
+    }
+
+    #[test]
+    fn only_the_metadump_of_lru_crawler_is_known() {
+        for line in [&b"all"[..], b"hash", b"1"] {
+            let mut input = b"lru_crawler metadump ".to_vec();
+            input.extend_from_slice(line);
+            input.extend_from_slice(b"\r\n");
+            assert_eq!(request(&input), Request::MetaDump);
+        }
+        for line in [
+            &b"lru_crawler metadump 2\r\n"[..],
+            b"lru_crawler metadump\r\n",
+            b"lru_crawler metadump all extra\r\n",
+            b"lru_crawler crawl all\r\n",
+            b"lru_crawler\r\n",
+        ] {
+            assert_eq!(
+                error_of(line),
+                (ErrorKind::UnknownCommand, true),
+                "{line:?}"
+            );
+        }
     }
 
     #[test]

@@ -79,4 +79,9 @@ pub enum Request<'a> {
     MetaNoop,
     /// `me <key> [b]`. Reply: an `ME` debug line or `EN`.
     MetaDebug(MetaDebug<'a>),
+    /// `lru_crawler metadump all` (or `hash`, or `1`, the one class): a
+    /// line per live item (`key=... exp=... la=... cas=... fetch=...
+    /// cls=... size=...`), then `END`. memcached's other `lru_crawler`
+    /// commands are unknown commands here.
+    MetaDump,
 }
