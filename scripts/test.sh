@@ -21,6 +21,8 @@ REPO="$(pwd)"
 PYMEMCACHE_VERSION=4.0.0
 PYTEST_VERSION=9.2.0
 BMEMCACHED_VERSION=0.33.0
+# Prometheus' own parser of its text format, for the metrics endpoint's test.
+PROMETHEUS_CLIENT_VERSION=0.21.1
 APT_PACKAGES=(memcached libmemcached-tools python3-venv mariadb-server mariadb-client sysbench time valgrind strace)
 
 STARTED=$SECONDS
@@ -77,7 +79,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 echo "$(go version) | $(java -version 2>&1 | head -n 1) | maven $(mvn -B -v 2>/dev/null | head -n 1 | awk '{print $3}') | node $(node --version) | npm $(npm --version)"
 
-section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION python-binary-memcached==$BMEMCACHED_VERSION pytest==$PYTEST_VERSION"
+section "python venv (.venv): pymemcache==$PYMEMCACHE_VERSION python-binary-memcached==$BMEMCACHED_VERSION pytest==$PYTEST_VERSION prometheus-client==$PROMETHEUS_CLIENT_VERSION"
 # Debian's python3 (python3-venv is installed for it); any python3 otherwise.
 PYTHON=/usr/bin/python3
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
@@ -87,8 +89,8 @@ if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check \
     "pymemcache==$PYMEMCACHE_VERSION" "python-binary-memcached==$BMEMCACHED_VERSION" \
-    "pytest==$PYTEST_VERSION" </dev/null
-.venv/bin/python -c 'import pymemcache, bmemcached, pytest; print("pymemcache", pymemcache.__version__, "pytest", pytest.__version__)'
+    "pytest==$PYTEST_VERSION" "prometheus-client==$PROMETHEUS_CLIENT_VERSION" </dev/null
+.venv/bin/python -c 'import pymemcache, bmemcached, pytest, prometheus_client; print("pymemcache", pymemcache.__version__, "pytest", pytest.__version__)'
 
 if [ "${LARDER_TEST_SKIP_LINT:-0}" != 1 ]; then
     section "cargo fmt --all -- --check"

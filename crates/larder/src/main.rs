@@ -202,6 +202,10 @@ struct ServeArgs {
     /// [default: 60000].
     #[arg(long = "write-timeout-ms", value_name = "MS")]
     write_timeout_ms: Option<u64>,
+    /// Serve the `stats` figures over HTTP at this address:port, as
+    /// Prometheus' text format at /metrics [default: off].
+    #[arg(long = "metrics-listen", value_name = "ADDR:PORT")]
+    metrics_listen: Option<String>,
     /// Start even if sealed data is damaged: rewrite each damaged segment
     /// with its intact records only, logging every record skipped; the
     /// originals are kept under <data-dir>/damaged/. For one start after
@@ -239,6 +243,7 @@ impl ServeArgs {
             segment_bytes_max: None,
             partial_request_timeout_ms: self.partial_request_timeout_ms,
             write_timeout_ms: self.write_timeout_ms,
+            metrics_listen: self.metrics_listen,
         };
         flags.apply(&mut config)?;
         config.salvage = self.salvage;

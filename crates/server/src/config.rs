@@ -51,6 +51,9 @@ pub struct ServerConfig {
     /// socket, from the first send that left some behind, before the
     /// connection is closed: what a client that stops reading holds.
     pub write_timeout: std::time::Duration,
+    /// Where to serve the metrics over HTTP (`GET /metrics`, Prometheus'
+    /// text format), if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Open the data directory even if sealed segments are damaged, keeping
     /// only their intact records (see `larder_engine::salvage`). A flag for
     /// one start, never a config file key: damage should stop the next
@@ -76,6 +79,7 @@ impl Default for ServerConfig {
             segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
             write_timeout: limits::WRITE_TIMEOUT,
+            metrics_listen: None,
             salvage: false,
         }
     }
@@ -118,6 +122,8 @@ pub struct ConfigFile {
     pub partial_request_timeout_ms: Option<u64>,
     /// See [`ServerConfig::write_timeout`], in milliseconds.
     pub write_timeout_ms: Option<u64>,
+    /// See [`ServerConfig::metrics_listen`]: `address:port`.
+    pub metrics_listen: Option<String>,
 }
 
 /// How the server waits for its connections' input and sends their
@@ -216,6 +222,14 @@ impl ConfigFile {
         }
         if let Some(ms) = self.write_timeout_ms {
             config.write_timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(text) = self.metrics_listen {
+            let addr = text.parse().map_err(|_| {
+                ConfigError(format!(
+                    "metrics listen address {text:?} is not an address:port such as 127.0.0.1:9150"
+                ))
+            })?;
+            config.metrics_listen = Some(addr);
         }
         if let Some(name) = self.durability {
             config.durability = parse_durability(&name)?;
@@ -417,6 +431,13 @@ mod tests {
         let bad: ConfigFile = toml::from_str("io = \"poll\"").unwrap();
         let error = bad.apply(&mut config).unwrap_err().to_string();
         assert_eq!(error, "io must be epoll or uring, not \"poll\"");
+        assert_eq!(config.metrics_listen, None);
+        let metrics: ConfigFile = toml::from_str("metrics_listen = \"[::1]:9150\"").unwrap();
+        metrics.apply(&mut config).unwrap();
+        assert_eq!(config.metrics_listen, Some("[::1]:9150".parse().unwrap()));
+        let bad: ConfigFile = toml::from_str("metrics_listen = \"9150\"").unwrap();
+        let error = bad.apply(&mut config).unwrap_err().to_string();
+        assert!(error.contains("not an address:port"), "{error}");
     }
 
     #[test]

@@ -45,6 +45,7 @@ mod conns;
 pub mod dump;
 pub mod limits;
 mod meta;
+mod metrics;
 mod ring;
 mod session;
 pub mod stats;
@@ -129,6 +130,8 @@ impl std::fmt::Display for Address {
 pub struct Server {
     shared: Arc<Shared>,
     listener: Listener,
+    /// The metrics endpoint, if one was asked for.
+    metrics: Option<metrics::Endpoint>,
 }
 
 /// The listening socket.
@@ -216,13 +219,28 @@ impl Server {
                     })?
             }
         };
+        let metrics = match config.metrics_listen {
+            Some(addr) => {
+                Some(
+                    metrics::Endpoint::bind(addr).map_err(|source| ServerError::Listen {
+                        addr: Address::Tcp(addr),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             engine: Arc::new(engine),
             stats: stats::ServerStats::default(),
             config,
             limits,
         });
-        let server = Server { shared, listener };
+        let server = Server {
+            shared,
+            listener,
+            metrics,
+        };
         let fd = match &server.listener {
             Listener::Tcp(listener) => listener.as_raw_fd(),
             Listener::Unix(socket) => socket.listener.as_raw_fd(),
@@ -231,6 +249,12 @@ impl Server {
         let name = server.listen_name();
         server.shared.stats.conns.listening(fd, name, now);
         Ok(server)
+    }
+
+    /// Where the metrics endpoint listens, if there is one (with port 0,
+    /// the port the system chose).
+    pub fn metrics_address(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(metrics::Endpoint::address)
     }
 
     /// Where the server listens (with port 0, the port the system chose).
@@ -252,7 +276,19 @@ impl Server {
     ) -> Result<Shutdown, ServerError> {
         // A client of a Unix domain socket has no address of its own.
         let unix_peer = self.listen_name();
-        let Server { shared, listener } = self;
+        let Server {
+            shared,
+            listener,
+            metrics,
+        } = self;
+        let metrics = match metrics {
+            Some(endpoint) => Some(
+                endpoint
+                    .serve(Arc::clone(&shared))
+                    .map_err(ServerError::Runtime)?,
+            ),
+            None => None,
+        };
         let rings = match shared.config.io {
             Io::Epoll => None,
             Io::Uring => Some(
@@ -304,6 +340,9 @@ impl Server {
             }
         }
         drop(listener);
+        if let Some(metrics) = metrics {
+            metrics.stop();
+        }
         let _ = stop_sender.send(true);
         if let Some(rings) = &rings {
             rings.stop();

@@ -465,6 +465,10 @@ impl ServerStats {
             b"larder_segment_bytes_max",
             u64::from(config.segment_bytes()),
         );
+        match config.metrics_listen {
+            Some(addr) => write_stat(out, b"larder_metrics_listen", addr.to_string().as_bytes()),
+            None => write_stat(out, b"larder_metrics_listen", b"off"),
+        }
         for (name, timeout) in [
             (
                 &b"larder_partial_request_timeout_ms"[..],

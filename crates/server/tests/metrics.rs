@@ -1,0 +1,106 @@
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+//! The metrics endpoint: `GET /metrics` answers the numeric `stats`
+//! figures in Prometheus' text format, and they move with the traffic;
+//! other paths and methods are refused.
+
+mod common;
+
+use common::TestServer;
+use larder_engine::Durability;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+
+/// A port on 127.0.0.1 that was free a moment ago.
+fn free_address() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// One HTTP/1.0 request: the status line, the headers (lower-cased names)
+/// and the body.
+fn http(address: SocketAddr, request: &str) -> (String, HashMap<String, String>, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(common::REPLY_TIMEOUT))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().to_owned();
+    let headers = lines
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_ascii_lowercase(), value.to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
+
+fn metrics(address: SocketAddr) -> HashMap<String, f64> {
+    let (status, headers, body) = http(address, "GET /metrics HTTP/1.0\r\n\r\n");
+    assert!(status.ends_with(" 200 OK"), "{status}");
+    assert_eq!(
+        headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    body.lines()
+        .map(|line| {
+            let (name, value) = line.split_once(' ').unwrap();
+            assert!(
+                name.starts_with("larder_") && !name.starts_with("larder_larder_"),
+                "{line}"
+            );
+            let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            assert!(valid, "{line}");
+            (name.to_owned(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_stats_figures_are_served_in_prometheus_text_format_and_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let address = free_address();
+    let mut config = common::config(dir.path(), Durability::EverySec);
+    config.metrics_listen = Some(address);
+    let server = TestServer::start_with(config);
+    let mut raw = server.raw();
+    raw.call(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+    let before = metrics(address);
+    assert_eq!(before["larder_curr_items"], 1.0);
+    assert_eq!(before["larder_curr_connections"], 1.0);
+    assert!(before["larder_live_bytes"] > 0.0);
+    assert!(
+        before.contains_key("larder_rusage_user"),
+        "a decimal figure"
+    );
+    assert!(!before.contains_key("larder_version"), "not a number");
+    for _ in 0..3 {
+        raw.call(b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+    }
+    let after = metrics(address);
+    assert_eq!(after["larder_cmd_get"] - before["larder_cmd_get"], 3.0);
+    assert_eq!(after["larder_get_hits"] - before["larder_get_hits"], 3.0);
+    // What `stats settings` says of it.
+    let settings = raw.stats_of("settings");
+    assert_eq!(settings["larder_metrics_listen"], address.to_string());
+}
+
+#[test]
+fn other_paths_and_methods_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let address = free_address();
+    let mut config = common::config(dir.path(), Durability::EverySec);
+    config.metrics_listen = Some(address);
+    let _server = TestServer::start_with(config);
+    let (status, _, _) = http(address, "GET / HTTP/1.0\r\n\r\n");
+    assert!(status.ends_with(" 404 Not Found"), "{status}");
+    let (status, _, _) = http(
+        address,
+        "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert!(status.ends_with(" 405 Method Not Allowed"), "{status}");
+}
