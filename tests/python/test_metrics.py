@@ -32,14 +32,16 @@ def scrape(port: int) -> dict:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             assert sample.name.startswith("larder_") and not sample.name.startswith("larder_larder_")
+            assert sample.name not in samples, f"{sample.name} twice"
             samples[sample.name] = sample.value
+    assert len(samples) == len(text.splitlines()), text
     return samples
 
 
 def test_the_metrics_endpoint_serves_the_stats_figures(servers):
     port = free_port()
     server = servers.larder(extra=["--metrics-listen", f"{HOST}:{port}"])
-    client = Client(server.address, connect_timeout=5, timeout=10)
+    client = Client(server.address, connect_timeout=5, timeout=10, default_noreply=False)
     assert client.set("k", b"value")
     before = scrape(port)
     stats = client.stats()

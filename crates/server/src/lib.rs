@@ -177,7 +177,7 @@ fn salvage_hint(error: &larder_engine::Error) -> &'static str {
 impl Server {
     /// Opens the data directory (recovering it) and binds the listening
     /// socket. Must be called inside a tokio runtime.
-    pub async fn bind(config: ServerConfig) -> Result<Server, ServerError> {
+    pub async fn bind(mut config: ServerConfig) -> Result<Server, ServerError> {
         config.validate()?;
         if config.io == Io::Uring {
             ring::available().map_err(ServerError::Uring)?;
@@ -199,6 +199,22 @@ impl Server {
             )),
             None => None,
         };
+        // Before the data directory too: a port in use stops the start at
+        // once. `stats settings` then shows the port bound.
+        let metrics = match config.metrics_listen {
+            Some(addr) => {
+                let endpoint =
+                    metrics::Endpoint::bind(addr)
+                        .await
+                        .map_err(|source| ServerError::Listen {
+                            addr: Address::Tcp(addr),
+                            source,
+                        })?;
+                config.metrics_listen = Some(endpoint.address());
+                Some(endpoint)
+            }
+            None => None,
+        };
         let engine_config = config.engine_config();
         let engine =
             tokio::task::spawn_blocking(move || larder_engine::Engine::open(engine_config))
@@ -218,17 +234,6 @@ impl Server {
                         source,
                     })?
             }
-        };
-        let metrics = match config.metrics_listen {
-            Some(addr) => {
-                Some(
-                    metrics::Endpoint::bind(addr).map_err(|source| ServerError::Listen {
-                        addr: Address::Tcp(addr),
-                        source,
-                    })?,
-                )
-            }
-            None => None,
         };
         let shared = Arc::new(Shared {
             engine: Arc::new(engine),
@@ -281,14 +286,6 @@ impl Server {
             listener,
             metrics,
         } = self;
-        let metrics = match metrics {
-            Some(endpoint) => Some(
-                endpoint
-                    .serve(Arc::clone(&shared))
-                    .map_err(ServerError::Runtime)?,
-            ),
-            None => None,
-        };
         let rings = match shared.config.io {
             Io::Epoll => None,
             Io::Uring => Some(
@@ -296,6 +293,7 @@ impl Server {
             ),
         };
         let (stop_sender, stop) = watch::channel(false);
+        let metrics = metrics.map(|endpoint| endpoint.serve(Arc::clone(&shared), stop.clone()));
         let permits = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut connections = JoinSet::new();
         let mut accept_warned: Option<std::time::Instant> = None;
@@ -340,10 +338,10 @@ impl Server {
             }
         }
         drop(listener);
-        if let Some(metrics) = metrics {
-            metrics.stop();
-        }
         let _ = stop_sender.send(true);
+        if let Some(metrics) = metrics {
+            let _ = metrics.await;
+        }
         if let Some(rings) = &rings {
             rings.stop();
         }

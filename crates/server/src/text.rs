@@ -275,14 +275,18 @@ impl Session {
 
 impl Session {
     /// `lru_crawler metadump`: memcached's line for each live item, one
-    /// keydir partition at a time, in parts of about
-    /// [`WRITE_BUFFER_BYTES_SOFT_MAX`] (as a `get` of many keys is answered),
-    /// so that listing millions of keys never holds more than a part and
-    /// one partition's lines. An item written while the listing runs may
-    /// be listed or not; one that lives throughout is listed once.
+    /// keydir partition (1/256 of the keys) at a time, sent in parts once
+    /// the replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] (as a `get` of many
+    /// keys is answered), so that a part holds that and one partition's
+    /// lines at most. Under a partition's read lock its items are only
+    /// copied out; the lines are written after it is let go. An item
+    /// written while the listing runs may be listed or not; one that lives
+    /// throughout is listed once. (Unlike a read, the listing does not wait
+    /// under `always` for the sync of writes it lists.)
     pub(crate) fn metadump(&mut self) -> Flow {
         let engine = std::sync::Arc::clone(&self.shared.engine);
         let done = std::mem::take(&mut self.dump_partitions_done);
+        let (mut keys, mut items) = (Vec::new(), Vec::new());
         for index in done..engine.partitions() {
             // Each pass lists its first partition whatever the buffer
             // holds, so every pass moves on.
@@ -290,10 +294,16 @@ impl Session {
                 self.dump_partitions_done = index;
                 return Flow::Unfinished;
             }
-            let output = &mut self.output;
+            keys.clear();
+            items.clear();
             engine.walk_partition(index, |key, item, size| {
-                write_metadump_line(output, key, item, size);
+                items.push((keys.len(), key.len(), item.clone(), size));
+                keys.extend_from_slice(key);
             });
+            for (at, len, item, size) in &items {
+                let key = keys.get(*at..at + len).unwrap_or_default();
+                write_metadump_line(&mut self.output, key, item, *size);
+            }
         }
         reply::write_reply(&mut self.output, Reply::End);
         Flow::Continue

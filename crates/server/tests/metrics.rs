@@ -46,7 +46,8 @@ fn metrics(address: SocketAddr) -> HashMap<String, f64> {
         headers["content-type"],
         "text/plain; version=0.0.4; charset=utf-8"
     );
-    body.lines()
+    let figures: HashMap<String, f64> = body
+        .lines()
         .map(|line| {
             let (name, value) = line.split_once(' ').unwrap();
             assert!(
@@ -57,7 +58,9 @@ fn metrics(address: SocketAddr) -> HashMap<String, f64> {
             assert!(valid, "{line}");
             (name.to_owned(), value.parse().unwrap())
         })
-        .collect()
+        .collect();
+    assert_eq!(figures.len(), body.lines().count(), "a name twice:\n{body}");
+    figures
 }
 
 #[test]
