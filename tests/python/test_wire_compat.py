@@ -586,14 +586,20 @@ def tcp_name(sock: socket.socket, end: str) -> str:
     return f"tcp:{host}:{port}"
 
 
-def stats_conns(sock: socket.socket) -> Dict[str, Dict[str, str]]:
-    """`stats conns` asked on `sock`: each descriptor's fields."""
-    sock.sendall(b"stats conns\r\n")
+def ask_until_end(sock: socket.socket, request: bytes) -> bytes:
+    """Sends `request` on `sock`; the reply, up to and with its `END\\r\\n`."""
+    sock.sendall(request)
     reply = b""
     while not reply.endswith(b"END\r\n"):
         chunk = sock.recv(65536)
         assert chunk, f"closed after {reply!r}"
         reply += chunk
+    return reply
+
+
+def stats_conns(sock: socket.socket) -> Dict[str, Dict[str, str]]:
+    """`stats conns` asked on `sock`: each descriptor's fields."""
+    reply = ask_until_end(sock, b"stats conns\r\n")
     listed: Dict[str, Dict[str, str]] = {}
     for line in reply.decode().split("\r\n")[:-2]:
         stat, name, value = line.split(" ", 2)
@@ -655,12 +661,7 @@ def test_stats_conns_lists_each_connection_as_memcached_does(memcached, larder):
 def metadump(address: Tuple[str, int]) -> Dict[str, Dict[str, str]]:
     """`lru_crawler metadump all`: each listed key's fields."""
     with socket.create_connection(address, timeout=STEP_TIMEOUT_S * 5) as sock:
-        sock.sendall(b"lru_crawler metadump all\r\n")
-        reply = b""
-        while not reply.endswith(b"END\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, f"closed after {reply!r}"
-            reply += chunk
+        reply = ask_until_end(sock, b"lru_crawler metadump all\r\n")
     lines = reply[: -len(b"END\r\n")].decode().split("\n")
     assert lines[-1] == "", reply  # every item line ends with a bare newline
     listed: Dict[str, Dict[str, str]] = {}
