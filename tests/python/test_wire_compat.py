@@ -697,6 +697,33 @@ def test_lru_crawler_metadump_lists_items_as_memcached_does(memcached, larder):
             assert abs(int(fields["la"]) - now) <= 3 and int(fields["cas"]) > 0, (server, fields)
 
 
+def test_cache_memlimit_changes_the_limit_as_memcached_does(memcached, larder):
+    # Servers of their own: it changes the server's memory limit.
+    steps = [
+        b"cache_memlimit 100\r\n",
+        b"cache_memlimit 7\r\n",
+        b"cache_memlimit 4294967296\r\n",
+        b"cache_memlimit abc\r\n",
+        b"cache_memlimit -5\r\n",
+        b"cache_memlimit\r\n",
+        b"cache_memlimit 1 2 3\r\n",
+        b"cache_memlimit 5 noreply\r\n",
+        b"cache_memlimit 64 noreply\r\n",
+        b"cache_memlimit 100 200\r\n",
+    ]
+    replies = {}
+    for server in (memcached, larder):
+        with socket.create_connection(server.address, timeout=STEP_TIMEOUT_S * 5) as sock:
+            replies[server] = [exchange(sock, step, sentinel=True)[0] for step in steps]
+            settings = ask_until_end(sock, b"stats settings\r\n")
+        assert b"STAT maxbytes 104857600\r\n" in settings, (server, settings)
+    assert replies[larder] == replies[memcached], (replies[memcached], replies[larder])
+    assert replies[larder][:2] == [
+        b"OK\r\n" + SENTINEL_REPLY,
+        b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n" + SENTINEL_REPLY,
+    ], replies[larder]
+
+
 # ---- documented differences, pinned ---------------------------------------
 # The README names these differences from memcached; each test below holds
 # Larder to what the README says (and, where it says so, memcached to its side).
@@ -727,7 +754,7 @@ def test_stats_slabs_and_items_are_larders_own(module_larder):
     "command",
     [
         b"shutdown", b"slabs automove 1", b"lru mode flat", b"lru_crawler crawl all", b"watch",
-        b"cache_memlimit 100", b"stats detail on", b"stats cachedump 1 1",
+        b"stats detail on", b"stats cachedump 1 1",
     ],
 )
 def test_memcacheds_administration_commands_are_unknown_to_larder(command, module_larder):

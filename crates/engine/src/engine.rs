@@ -101,6 +101,9 @@ pub(crate) struct Inner {
     pub expiry_hand: AtomicUsize,
     /// The keydir partition the cache trimmer looks at next.
     pub cache_hand: AtomicUsize,
+    /// Bytes of values the cache may hold: `config.cache_bytes_max` until
+    /// [`Engine::set_cache_bytes_max`] changes it.
+    pub cache_budget: AtomicU64,
     /// Serialises compaction with itself (and with tests' `compact_now`).
     pub compaction_lock: Mutex<()>,
     /// Segments compaction has removed whose blocks are not yet freed (see
@@ -366,6 +369,13 @@ impl Engine {
         }
         released?;
         Ok(compacted.segments + merged.segments)
+    }
+
+    /// Changes how many bytes of values the cache may hold (memcached's
+    /// `cache_memlimit`). Lowered, the cache is trimmed to it by the
+    /// maintenance thread's next pass (a tenth of a second at most).
+    pub fn set_cache_bytes_max(&self, bytes: u64) {
+        self.inner.cache_budget.store(bytes, Ordering::Relaxed);
     }
 
     /// How many keydir partitions there are (see [`Engine::walk_partition`]).
@@ -709,7 +719,7 @@ impl Inner {
     /// Caches a value read from disk if the budget allows and the entry is
     /// unchanged.
     pub(crate) fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
-        let budget = self.config.cache_bytes_max;
+        let budget = self.cache_budget.load(Ordering::Relaxed);
         let cached = self.counters.cached_bytes.load(Ordering::Relaxed);
         if cached + value.len() as u64 > budget {
             return;
@@ -744,7 +754,7 @@ impl Inner {
             items: load(&counters.items),
             item_bytes: load(&counters.item_bytes),
             cached_bytes: load(&counters.cached_bytes),
-            cache_bytes_max: self.config.cache_bytes_max,
+            cache_bytes_max: self.cache_budget.load(Ordering::Relaxed),
             disk_reads: load(&counters.disk_reads),
             unsynced_seen: load(&counters.unsynced_seen),
             segments: segment_details.len() as u64,

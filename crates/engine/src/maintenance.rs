@@ -235,7 +235,7 @@ fn remove_expired(inner: &Inner, table: &mut Table, keys: &[Vec<u8>]) -> bool {
 /// budget, sparing values read since the last pass (a clock sweep) and
 /// values whose record may not yet be on disk.
 fn trim_cache(inner: &Inner) {
-    let budget = inner.config.cache_bytes_max;
+    let budget = inner.cache_budget.load(Ordering::Relaxed);
     if inner.counters.cached_bytes.load(Ordering::Relaxed) <= budget {
         return;
     }

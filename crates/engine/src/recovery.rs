@@ -286,6 +286,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         "recovered data directory {}",
         dir.display()
     );
+    let cache_budget = AtomicU64::new(config.cache_bytes_max);
     Ok(Inner {
         config,
         fs,
@@ -301,6 +302,7 @@ pub(crate) fn recover(config: Config, fs: Arc<dyn Fs>, clock: Clock) -> Result<I
         flush_swept: AtomicU64::new(0),
         expiry_hand: AtomicUsize::new(0),
         cache_hand: AtomicUsize::new(0),
+        cache_budget,
         compaction_lock: Mutex::new(()),
         removed_segments: Mutex::new(Vec::new()),
         abandoned_outputs: Mutex::new(Default::default()),

@@ -77,3 +77,36 @@ fn every_read_finds_its_value_while_the_cache_is_trimmed_across_rotations() {
     let rotations = stats.log_bytes_written / u64::from(config.segment_bytes_max);
     assert!(rotations > 10, "about {rotations} rotations");
 }
+
+#[test]
+fn a_lowered_cache_limit_is_trimmed_to_and_a_raised_one_caches_reads_again() {
+    let fs = MemFs::new();
+    let clock = Clock::system();
+    let engine = open(&fs, &config(Durability::Always), &clock);
+    for key in 0..1000 {
+        set(&engine, format!("key{key}").as_bytes(), &[b'v'; 1000]);
+    }
+    let cached = || engine.stats().cached_bytes;
+    assert!(cached() >= 1_000_000, "{} bytes cached", cached());
+    engine.set_cache_bytes_max(100_000);
+    assert_eq!(engine.stats().cache_bytes_max, 100_000);
+    // The trimmer spares, once, values read since its last pass.
+    for _ in 0..3 {
+        engine.maintain_now();
+    }
+    assert!(cached() <= 100_000, "{} bytes cached", cached());
+    // Raised again, values read from the files are cached again.
+    engine.set_cache_bytes_max(10_000_000);
+    let before = cached();
+    for key in 0..1000 {
+        assert!(engine
+            .get(format!("key{key}").as_bytes())
+            .unwrap()
+            .is_some());
+    }
+    assert!(
+        cached() >= before + 800_000,
+        "{before} then {} bytes cached",
+        cached()
+    );
+}

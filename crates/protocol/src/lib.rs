@@ -67,7 +67,7 @@ pub use limits::{Limits, LimitsError, KEY_BYTES_MAX};
 pub use number::parse_counter;
 pub use parse::{parse, Parsed};
 pub use request::{
-    Arithmetic, Delete, Direction, FlushAll, KeyBytes, Keys, MetaArithmetic, MetaArithmeticMode,
-    MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaKey, MetaSet, MetaSetMode, Request, Retrieval,
-    RetrievalCommand, Stats, Store, StoreCommand, Touch, Verbosity,
+    Arithmetic, CacheMemlimit, Delete, Direction, FlushAll, KeyBytes, Keys, MetaArithmetic,
+    MetaArithmeticMode, MetaDebug, MetaDelete, MetaFlags, MetaGet, MetaKey, MetaSet, MetaSetMode,
+    Request, Retrieval, RetrievalCommand, Stats, Store, StoreCommand, Touch, Verbosity,
 };

@@ -106,6 +106,7 @@ impl<'a> Command<'a, '_> {
             b"quit" => self.complete(Request::Quit),
             b"verbosity" => request::admin::parse_verbosity(self),
             b"lru_crawler" => request::admin::parse_lru_crawler(self),
+            b"cache_memlimit" => request::admin::parse_cache_memlimit(self),
             [b's' | b'a' | b'c' | b'i' | b'd' | b't', ..] => {
                 Err(self.reject(ErrorKind::UnknownCommand))
             }

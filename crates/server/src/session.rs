@@ -285,6 +285,7 @@ impl Session {
             Request::MetaNoop => reply::meta::write_meta_noop(&mut self.output),
             Request::MetaDebug(debug) => self.meta_debug(&debug),
             Request::MetaDump => return self.metadump(),
+            Request::CacheMemlimit(limit) => self.cache_memlimit(limit),
         }
         Flow::Continue
     }

@@ -242,9 +242,11 @@ impl Session {
                     .stats
                     .write_general(&shared.config, &shared.engine, &mut self.output);
             }
-            Some(b"settings") => shared
-                .stats
-                .write_settings(&shared.config, &mut self.output),
+            Some(b"settings") => {
+                shared
+                    .stats
+                    .write_settings(&shared.config, &shared.engine, &mut self.output)
+            }
             Some(b"items") => shared
                 .stats
                 .write_items(&shared.engine.stats(), &mut self.output),
@@ -274,6 +276,24 @@ impl Session {
 }
 
 impl Session {
+    /// `cache_memlimit`: the value cache's limit, as `-m` sets it at start.
+    /// memcached refuses less than 8 MiB, and so does Larder.
+    pub(crate) fn cache_memlimit(&mut self, limit: larder_protocol::CacheMemlimit) {
+        if limit.megabytes < CACHE_MEMLIMIT_MIN_MB {
+            if !limit.noreply {
+                self.output.extend_from_slice(
+                    b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+                );
+            }
+            return;
+        }
+        let bytes = u64::from(limit.megabytes) << 20;
+        self.shared.engine.set_cache_bytes_max(bytes);
+        if !limit.noreply {
+            reply::write_reply(&mut self.output, Reply::Ok);
+        }
+    }
+
     /// `lru_crawler metadump`: memcached's line for each live item, one
     /// keydir partition (1/256 of the keys) at a time, sent in parts once
     /// the replies pass [`WRITE_BUFFER_BYTES_SOFT_MAX`] (as a `get` of many
@@ -309,6 +329,9 @@ impl Session {
         Flow::Continue
     }
 }
+
+/// The smallest `cache_memlimit` taken, in MiB (memcached's).
+const CACHE_MEMLIMIT_MIN_MB: u32 = 8;
 
 /// One item's `lru_crawler metadump` line, as memcached writes it: the key
 /// percent-encoded (all but letters, digits and `-._~`), the expiry and

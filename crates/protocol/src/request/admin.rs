@@ -6,7 +6,7 @@
 
 use crate::error::{ErrorKind, ParseError};
 use crate::line::split_spaces;
-use crate::number::{parse_i32, parse_u32};
+use crate::number::{parse_i32, parse_u32, parse_u64};
 use crate::parse::{Command, Parsed};
 use crate::request::Request;
 
@@ -93,6 +93,33 @@ pub(crate) fn parse_verbosity<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, P
     cmd.complete(Request::Verbosity(Verbosity { level, noreply }))
 }
 
+/// `cache_memlimit <megabytes> [noreply]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheMemlimit {
+    /// The new limit, in MiB (memcached reads the number as an unsigned
+    /// 32-bit one, so a larger one wraps).
+    pub megabytes: u32,
+    /// The line ended with `noreply`.
+    pub noreply: bool,
+}
+
+/// `cache_memlimit <megabytes> [noreply]`, as memcached reads it: a number
+/// that is not an unsigned one is an unknown command; tokens past it are
+/// ignored, but for a last `noreply`.
+pub(crate) fn parse_cache_memlimit<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, ParseError> {
+    let ntokens = cmd.words.ntokens();
+    if ntokens != 3 && ntokens != 4 {
+        return Err(cmd.reject(ErrorKind::UnknownCommand));
+    }
+    let noreply = cmd.words.ends_with_noreply();
+    // memcached's strtoul takes the number modulo 2^32 on a 64-bit build.
+    let Some(megabytes) = parse_u64(cmd.word(1)) else {
+        return Err(cmd.reject(ErrorKind::UnknownCommand));
+    };
+    let megabytes = megabytes as u32;
+    cmd.complete(Request::CacheMemlimit(CacheMemlimit { megabytes, noreply }))
+}
+
 /// `lru_crawler metadump <all|hash|1>`; any other `lru_crawler` line is an
 /// unknown command.
 pub(crate) fn parse_lru_crawler<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, ParseError> {
@@ -169,6 +196,29 @@ mod tests {
             detail.args().collect::<Vec<_>>(),
             vec![&b"detail"[..], b"on"]
         );
+    }
+
+    #[test]
+    fn cache_memlimit_reads_its_number_as_memcached_does() {
+        let limit =
+            |megabytes, noreply| Request::CacheMemlimit(CacheMemlimit { megabytes, noreply });
+        assert_eq!(request(b"cache_memlimit 100\r\n"), limit(100, false));
+        assert_eq!(request(b"cache_memlimit 100 noreply\r\n"), limit(100, true));
+        assert_eq!(request(b"cache_memlimit 100 200\r\n"), limit(100, false));
+        // Wrapped to 32 bits, as memcached's strtoul result is stored.
+        assert_eq!(request(b"cache_memlimit 4294967296\r\n"), limit(0, false));
+        for line in [
+            &b"cache_memlimit\r\n"[..],
+            b"cache_memlimit abc\r\n",
+            b"cache_memlimit -5\r\n",
+            b"cache_memlimit 1 2 3\r\n",
+        ] {
+            assert_eq!(
+                error_of(line),
+                (ErrorKind::UnknownCommand, true),
+                "{line:?}"
+            );
+        }
     }
 
     #[test]

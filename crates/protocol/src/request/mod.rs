@@ -24,7 +24,7 @@ pub(crate) mod retrieval;
 pub(crate) mod storage;
 pub(crate) mod touch;
 
-pub use admin::{FlushAll, Stats, Verbosity};
+pub use admin::{CacheMemlimit, FlushAll, Stats, Verbosity};
 pub use arithmetic::{Arithmetic, Direction};
 pub use delete::Delete;
 pub use meta_arithmetic::{MetaArithmetic, MetaArithmeticMode};
@@ -79,6 +79,10 @@ pub enum Request<'a> {
     MetaNoop,
     /// `me <key> [b]`. Reply: an `ME` debug line or `EN`.
     MetaDebug(MetaDebug<'a>),
+    /// `cache_memlimit <megabytes> [noreply]`: change the memory limit for
+    /// values. Reply: `OK`, or below 8 MiB `MEMLIMIT_TOO_SMALL cannot set
+    /// maxbytes to less than 8m` (none with `noreply`).
+    CacheMemlimit(CacheMemlimit),
     /// `lru_crawler metadump all` (or `hash`, or `1`, the one class): a
     /// line per live item (`key=... exp=... la=... cas=... fetch=...
     /// cls=... size=...`), then `END`. memcached's other `lru_crawler`
