@@ -708,13 +708,19 @@ def test_cache_memlimit_changes_the_limit_as_memcached_does(memcached, larder):
         b"cache_memlimit\r\n",
         b"cache_memlimit 1 2 3\r\n",
         b"cache_memlimit 5 noreply\r\n",
+        b"cache_memlimit abc noreply\r\n",
+        b"cache_memlimit noreply\r\n",
+        b"cache_memlimit 1073741824\r\n",
+        b"cache_memlimit 1073741824 noreply\r\n",
         b"cache_memlimit 64 noreply\r\n",
-        b"cache_memlimit 100 200\r\n",
     ]
     replies = {}
     for server in (memcached, larder):
         with socket.create_connection(server.address, timeout=STEP_TIMEOUT_S * 5) as sock:
             replies[server] = [exchange(sock, step, sentinel=True)[0] for step in steps]
+            settings = ask_until_end(sock, b"stats settings\r\n")
+            assert b"STAT maxbytes 67108864\r\n" in settings, (server, settings)
+            replies[server].append(exchange(sock, b"cache_memlimit 100 200\r\n", sentinel=True)[0])
             settings = ask_until_end(sock, b"stats settings\r\n")
         assert b"STAT maxbytes 104857600\r\n" in settings, (server, settings)
     assert replies[larder] == replies[memcached], (replies[memcached], replies[larder])

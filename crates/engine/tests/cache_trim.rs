@@ -82,7 +82,12 @@ fn every_read_finds_its_value_while_the_cache_is_trimmed_across_rotations() {
 fn a_lowered_cache_limit_is_trimmed_to_and_a_raised_one_caches_reads_again() {
     let fs = MemFs::new();
     let clock = Clock::system();
-    let engine = open(&fs, &config(Durability::Always), &clock);
+    let mut config = config(Durability::Always);
+    // Opened with room for a tenth of the values: reads past it would not
+    // be cached, were the limit not raised.
+    config.cache_bytes_max = 100_000;
+    let engine = open(&fs, &config, &clock);
+    engine.set_cache_bytes_max(10_000_000);
     for key in 0..1000 {
         set(&engine, format!("key{key}").as_bytes(), &[b'v'; 1000]);
     }

@@ -422,7 +422,6 @@ impl ServerStats {
         stat(out, "writes_failing", failing);
     }
 
-    /// `stats settings`.
     /// `stats settings`; `maxbytes` is the value cache's limit now (see
     /// `cache_memlimit`).
     pub fn write_settings(&self, config: &ServerConfig, engine: &Engine, out: &mut BytesMut) {

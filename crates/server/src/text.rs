@@ -277,13 +277,19 @@ impl Session {
 
 impl Session {
     /// `cache_memlimit`: the value cache's limit, as `-m` sets it at start.
-    /// memcached refuses less than 8 MiB, and so does Larder.
+    /// As memcached, Larder refuses less than 8 MiB, and more than a
+    /// billion, which is likely a number of bytes sent by mistake.
     pub(crate) fn cache_memlimit(&mut self, limit: larder_protocol::CacheMemlimit) {
-        if limit.megabytes < CACHE_MEMLIMIT_MIN_MB {
+        let refusal: Option<&[u8]> = if limit.megabytes > CACHE_MEMLIMIT_MAX_MB {
+            Some(b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n")
+        } else if limit.megabytes < CACHE_MEMLIMIT_MIN_MB {
+            Some(b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n")
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
             if !limit.noreply {
-                self.output.extend_from_slice(
-                    b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
-                );
+                self.output.extend_from_slice(refusal);
             }
             return;
         }
@@ -332,6 +338,8 @@ impl Session {
 
 /// The smallest `cache_memlimit` taken, in MiB (memcached's).
 const CACHE_MEMLIMIT_MIN_MB: u32 = 8;
+/// The largest `cache_memlimit` taken, in MiB (memcached's).
+const CACHE_MEMLIMIT_MAX_MB: u32 = 1_000_000_000;
 
 /// One item's `lru_crawler metadump` line, as memcached writes it: the key
 /// percent-encoded (all but letters, digits and `-._~`), the expiry and

@@ -104,8 +104,8 @@ pub struct CacheMemlimit {
 }
 
 /// `cache_memlimit <megabytes> [noreply]`, as memcached reads it: a number
-/// that is not an unsigned one is an unknown command; tokens past it are
-/// ignored, but for a last `noreply`.
+/// that is not an unsigned one is an unknown command (silent with
+/// `noreply`); tokens past it are ignored, but for a last `noreply`.
 pub(crate) fn parse_cache_memlimit<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'a>, ParseError> {
     let ntokens = cmd.words.ntokens();
     if ntokens != 3 && ntokens != 4 {
@@ -114,7 +114,7 @@ pub(crate) fn parse_cache_memlimit<'a>(cmd: &Command<'a, '_>) -> Result<Parsed<'
     let noreply = cmd.words.ends_with_noreply();
     // memcached's strtoul takes the number modulo 2^32 on a 64-bit build.
     let Some(megabytes) = parse_u64(cmd.word(1)) else {
-        return Err(cmd.reject(ErrorKind::UnknownCommand));
+        return Err(cmd.reject(ErrorKind::UnknownCommand).quiet_if(noreply));
     };
     let megabytes = megabytes as u32;
     cmd.complete(Request::CacheMemlimit(CacheMemlimit { megabytes, noreply }))
@@ -216,6 +216,16 @@ mod tests {
             assert_eq!(
                 error_of(line),
                 (ErrorKind::UnknownCommand, true),
+                "{line:?}"
+            );
+        }
+        for line in [
+            &b"cache_memlimit abc noreply\r\n"[..],
+            b"cache_memlimit noreply\r\n",
+        ] {
+            assert_eq!(
+                error_of(line),
+                (ErrorKind::UnknownCommand, false),
                 "{line:?}"
             );
         }
