@@ -63,13 +63,19 @@ fn metrics(address: SocketAddr) -> HashMap<String, f64> {
     figures
 }
 
-#[test]
-fn the_stats_figures_are_served_in_prometheus_text_format_and_move() {
+/// A server with its metrics at the address returned.
+fn start_with_metrics() -> (tempfile::TempDir, TestServer, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let address = free_address();
     let mut config = common::config(dir.path(), Durability::EverySec);
     config.metrics_listen = Some(address);
     let server = TestServer::start_with(config);
+    (dir, server, address)
+}
+
+#[test]
+fn the_stats_figures_are_served_in_prometheus_text_format_and_move() {
+    let (_dir, server, address) = start_with_metrics();
     let mut raw = server.raw();
     raw.call(b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
     let before = metrics(address);
@@ -94,11 +100,7 @@ fn the_stats_figures_are_served_in_prometheus_text_format_and_move() {
 
 #[test]
 fn other_paths_and_methods_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let address = free_address();
-    let mut config = common::config(dir.path(), Durability::EverySec);
-    config.metrics_listen = Some(address);
-    let _server = TestServer::start_with(config);
+    let (_dir, _server, address) = start_with_metrics();
     let (status, _, _) = http(address, "GET / HTTP/1.0\r\n\r\n");
     assert!(status.ends_with(" 404 Not Found"), "{status}");
     let (status, _, _) = http(
