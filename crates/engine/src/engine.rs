@@ -52,15 +52,42 @@ impl Found<'_> {
 
 /// How many times a read retries when compaction moved the value between
 /// finding the key and reading the file.
-pub(crate) const READ_RETRIES_MAX: usize = 8;
+const READ_RETRIES_MAX: usize = 8;
 
-/// The error of a read that found its value moved [`READ_RETRIES_MAX`]
-/// times.
-pub(crate) fn kept_moving() -> Error {
-    Error::Io {
+/// Where a value not held in memory is: enough to read it once the keydir
+/// lock is let go ([`Inner::read_uncached`]).
+pub(crate) struct OnDisk {
+    hash: u64,
+    segment_id: u32,
+    offset: u32,
+    value_len: u32,
+}
+
+impl OnDisk {
+    /// Where `entry`'s value (its key's hash `hash`) is.
+    pub(crate) fn of(entry: &Entry, hash: u64) -> OnDisk {
+        OnDisk {
+            hash,
+            segment_id: entry.segment_id(),
+            offset: entry.offset(),
+            value_len: entry.value_len(),
+        }
+    }
+}
+
+/// `once` until it finds its value where the keydir said (`Some`), at
+/// most [`READ_RETRIES_MAX`] times: each `None` is a value compaction
+/// moved between the lookup and the read.
+pub(crate) fn retrying<T>(mut once: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    for _ in 0..READ_RETRIES_MAX {
+        if let Some(found) = once()? {
+            return Ok(found);
+        }
+    }
+    Err(Error::Io {
         context: "reading a value that compaction kept moving".into(),
         source: std::io::Error::from(std::io::ErrorKind::Interrupted),
-    }
+    })
 }
 
 /// Options of a read.
@@ -262,12 +289,7 @@ impl Engine {
         options: ReadOptions,
         take: &mut impl FnMut(Item, Found<'_>) -> R,
     ) -> Result<(Option<R>, Ticket)> {
-        for _ in 0..READ_RETRIES_MAX {
-            if let Some(found) = self.inner.read_once(key, options, take)? {
-                return Ok(found);
-            }
-        }
-        Err(kept_moving())
+        retrying(|| self.inner.read_once(key, options, take))
     }
 
     /// Asks the processor to start loading the keydir entries of `keys`
@@ -373,9 +395,15 @@ impl Engine {
 
     /// Changes how many bytes of values the cache may hold (memcached's
     /// `cache_memlimit`). Lowered, the cache is trimmed to it by the
-    /// maintenance thread's next pass (a tenth of a second at most).
+    /// maintenance thread's passes, every tenth of a second; values whose
+    /// writes are not yet synced stay cached until they are.
     pub fn set_cache_bytes_max(&self, bytes: u64) {
         self.inner.cache_budget.store(bytes, Ordering::Relaxed);
+    }
+
+    /// How many bytes of values the cache may hold now.
+    pub fn cache_bytes_max(&self) -> u64 {
+        self.inner.cache_budget.load(Ordering::Relaxed)
     }
 
     /// How many keydir partitions there are (see [`Engine::walk_partition`]).
@@ -624,14 +652,24 @@ impl Inner {
         if let Some(value) = entry.cached_value() {
             return Ok(Some((Some(take(item, Found::InMemory(value))), seen)));
         }
-        let (segment_id, offset, value_len) =
-            (entry.segment_id(), entry.offset(), entry.value_len());
+        let at = OnDisk::of(entry, hash);
         drop(table);
-        let Some(value) = self.read_value(key, item.cas, segment_id, offset, value_len)? else {
+        let Some(value) = self.read_uncached(key, item.cas, &at)? else {
             return Ok(None);
         };
-        self.maybe_cache(key, hash, item.cas, &value);
         Ok(Some((Some(take(item, Found::FromDisk(value))), seen)))
+    }
+
+    /// Reads the value of `key` (seq `cas`) that is not held in memory from
+    /// where `at` says, with the keydir lock let go, and caches it if the
+    /// budget allows. `Ok(None)` when compaction moved it meanwhile: look
+    /// the key up again.
+    pub(crate) fn read_uncached(&self, key: &[u8], cas: u64, at: &OnDisk) -> Result<Option<Bytes>> {
+        let read = self.read_value(key, cas, at.segment_id, at.offset, at.value_len)?;
+        if let Some(value) = &read {
+            self.maybe_cache(key, at.hash, cas, value);
+        }
+        Ok(read)
     }
 
     /// The item's metadata (value left empty), updating access bits.
@@ -718,7 +756,7 @@ impl Inner {
 
     /// Caches a value read from disk if the budget allows and the entry is
     /// unchanged.
-    pub(crate) fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
+    fn maybe_cache(&self, key: &[u8], hash: u64, cas: u64, value: &[u8]) {
         let budget = self.cache_budget.load(Ordering::Relaxed);
         let cached = self.counters.cached_bytes.load(Ordering::Relaxed);
         if cached + value.len() as u64 > budget {

@@ -7,7 +7,7 @@
 //! before acknowledging (see [`Engine::commit`]).
 
 use crate::clock::Expiry;
-use crate::engine::{Engine, Inner, ReadOptions};
+use crate::engine::{Engine, Inner, OnDisk, ReadOptions};
 use crate::error::{Error, Result};
 use crate::item::{Arith, ArithOutcome, BatchOp, DeleteOutcome, Item, StoreMode, StoreOutcome};
 use crate::keydir::{Entry, Table, BIT_FETCHED, BIT_STALE, BIT_WIN_SENT};
@@ -293,21 +293,18 @@ impl Inner {
         with_value: bool,
     ) -> Result<(Option<Item>, Ticket)> {
         let mut tickets = Ticket::NONE;
-        for _ in 0..crate::engine::READ_RETRIES_MAX {
+        crate::engine::retrying(|| {
             let (item, ticket, on_disk) = self.touch_once(key, options, with_value)?;
             tickets = tickets.max(ticket);
             let (mut item, at) = match (item, on_disk) {
                 (Some(item), Some(at)) => (item, at),
-                (item, _) => return Ok((item, tickets)),
+                (item, _) => return Ok(Some((item, tickets))),
             };
-            let read = self.read_value(key, item.cas, at.segment_id, at.offset, at.value_len)?;
-            if let Some(value) = read {
-                self.maybe_cache(key, at.hash, item.cas, &value);
+            Ok(self.read_uncached(key, item.cas, &at)?.map(|value| {
                 item.value = value;
-                return Ok((Some(item), tickets));
-            }
-        }
-        Err(crate::engine::kept_moving())
+                (Some(item), tickets)
+            }))
+        })
     }
 
     /// [`Inner::touch`] under the partition's write lock: the touched item,
@@ -357,23 +354,8 @@ impl Inner {
             item.value = bytes::Bytes::copy_from_slice(value);
             return Ok((Some(item), ticket, None));
         }
-        let on_disk = OnDisk {
-            hash,
-            segment_id: entry.segment_id(),
-            offset: entry.offset(),
-            value_len: entry.value_len(),
-        };
-        Ok((Some(item), ticket, Some(on_disk)))
+        Ok((Some(item), ticket, Some(OnDisk::of(entry, hash))))
     }
-}
-
-/// Where a value not held in memory is: enough to read it once the keydir
-/// lock is let go.
-struct OnDisk {
-    hash: u64,
-    segment_id: u32,
-    offset: u32,
-    value_len: u32,
 }
 
 impl Engine {

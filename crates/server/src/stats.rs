@@ -425,7 +425,7 @@ impl ServerStats {
     /// `stats settings`; `maxbytes` is the value cache's limit now (see
     /// `cache_memlimit`).
     pub fn write_settings(&self, config: &ServerConfig, engine: &Engine, out: &mut BytesMut) {
-        write_stat_u64(out, b"maxbytes", engine.stats().cache_bytes_max);
+        write_stat_u64(out, b"maxbytes", engine.cache_bytes_max());
         write_stat_u64(out, b"maxconns", config.max_connections as u64);
         // On a Unix domain socket too, as memcached does.
         write_stat_u64(out, b"tcpport", u64::from(config.port));
