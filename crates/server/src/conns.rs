@@ -167,41 +167,32 @@ impl Connections {
     pub(crate) fn write(&self, now: u32, out: &mut BytesMut) {
         let mut open: Vec<Arc<ConnInfo>> = self.open.lock().values().cloned().collect();
         open.sort_by_key(|info| (info.fd, info.serial));
-        let since = |then: u32| u64::from(now.saturating_sub(then));
-        let listen_name = self.listening.get().map(|listening| {
+        let mut stat = |fd: RawFd, field: &str, value: &[u8]| {
+            reply::write_stat(out, format!("{fd}:{field}").as_bytes(), value);
+        };
+        let since = |then: &AtomicU32| now.saturating_sub(then.load(Ordering::Relaxed)).to_string();
+        let listening = self.listening.get();
+        if let Some(listening) = listening {
             let fd = listening.fd;
-            let last = listening.last_accept.load(Ordering::Relaxed);
-            reply::write_stat(
-                out,
-                format!("{fd}:addr").as_bytes(),
-                listening.name.as_bytes(),
+            stat(fd, "addr", listening.name.as_bytes());
+            stat(fd, "state", b"conn_listening");
+            stat(
+                fd,
+                "secs_since_last_cmd",
+                since(&listening.last_accept).as_bytes(),
             );
-            reply::write_stat(out, format!("{fd}:state").as_bytes(), b"conn_listening");
-            let secs = since(last).to_string();
-            reply::write_stat(
-                out,
-                format!("{fd}:secs_since_last_cmd").as_bytes(),
-                secs.as_bytes(),
-            );
-            listening.name.as_str()
-        });
+        }
         for info in open {
             let fd = info.fd;
-            let last = info.last_command.load(Ordering::Relaxed);
-            reply::write_stat(out, format!("{fd}:addr").as_bytes(), info.peer.as_bytes());
-            if let Some(listen_name) = listen_name {
-                reply::write_stat(
-                    out,
-                    format!("{fd}:listen_addr").as_bytes(),
-                    listen_name.as_bytes(),
-                );
+            stat(fd, "addr", info.peer.as_bytes());
+            if let Some(listening) = listening {
+                stat(fd, "listen_addr", listening.name.as_bytes());
             }
-            reply::write_stat(out, format!("{fd}:state").as_bytes(), info.state().name());
-            let secs = since(last).to_string();
-            reply::write_stat(
-                out,
-                format!("{fd}:secs_since_last_cmd").as_bytes(),
-                secs.as_bytes(),
+            stat(fd, "state", info.state().name());
+            stat(
+                fd,
+                "secs_since_last_cmd",
+                since(&info.last_command).as_bytes(),
             );
         }
     }

@@ -352,29 +352,25 @@ fn write_metadump_line(
     item: &larder_engine::Item,
     size: u64,
 ) {
-    out.extend_from_slice(b"key=");
+    use std::fmt::Write;
+    // Writing to memory cannot fail.
+    let _ = out.write_str("key=");
     for &byte in key {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.extend_from_slice(&[byte]);
+        let _ = if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.write_char(char::from(byte))
         } else {
-            let hex = b"0123456789ABCDEF";
-            let high = hex.get(usize::from(byte >> 4)).copied().unwrap_or(b'0');
-            let low = hex.get(usize::from(byte & 0xf)).copied().unwrap_or(b'0');
-            out.extend_from_slice(&[b'%', high, low]);
-        }
+            write!(out, "%{byte:02X}")
+        };
     }
     let exp = match item.exptime {
         0 => -1,
         at => i64::from(at),
     };
     let fetch = if item.fetched_before { "yes" } else { "no" };
-    // Writing to memory cannot fail.
-    let _ = std::fmt::Write::write_fmt(
+    let (la, cas) = (item.last_access, item.cas);
+    let _ = writeln!(
         out,
-        format_args!(
-            " exp={exp} la={} cas={} fetch={fetch} cls=1 size={size}\n",
-            item.last_access, item.cas
-        ),
+        " exp={exp} la={la} cas={cas} fetch={fetch} cls=1 size={size}"
     );
 }
 
