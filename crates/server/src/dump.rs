@@ -28,7 +28,7 @@
 use crate::ServerConfig;
 use bytes::{Buf, BytesMut};
 use larder_engine::{Durability, Engine, Expiry, Item, StoreMode, Ticket};
-use larder_protocol::{parse, Limits, MetaSet, MetaSetMode, Parsed, Request, StoreCommand};
+use larder_protocol::{parse, KeyBytes, Limits, MetaSetMode, Parsed, Request, StoreCommand};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -245,28 +245,16 @@ fn for_each_set(
     loop {
         let wanted = match parse(&input, limits) {
             Ok(Parsed::Complete {
-                request: Request::Store(set),
+                request: complete,
                 frame_bytes,
-            }) if set.command == StoreCommand::Set => {
-                store(set.key, set.value, set.flags, set.exptime)?;
-                input.advance(frame_bytes);
-                request += 1;
-                offset += frame_bytes as u64;
-                continue;
-            }
-            Ok(Parsed::Complete {
-                request: Request::MetaSet(set),
-                frame_bytes,
-            }) if plain_meta_set(&set) => {
-                let flags = set.flags.client_flags.unwrap_or(0);
-                let exptime = set.flags.ttl.unwrap_or(0);
-                store(&set.key.bytes(), set.value, flags, exptime)?;
-                input.advance(frame_bytes);
-                request += 1;
-                offset += frame_bytes as u64;
-                continue;
-            }
-            Ok(Parsed::Complete { .. }) => {
+            }) => {
+                if let Some((key, value, flags, exptime)) = plain_store(&complete) {
+                    store(&key, value, flags, exptime)?;
+                    input.advance(frame_bytes);
+                    request += 1;
+                    offset += frame_bytes as u64;
+                    continue;
+                }
                 let name = input[..]
                     .split(|&byte| byte == b' ' || byte == b'\r' || byte == b'\n')
                     .next()
@@ -294,15 +282,27 @@ fn for_each_set(
     }
 }
 
-/// Whether an `ms` only stores its value, as a `set` does: its flags are
-/// at most `b` (the key in base64), `F` (client flags), `T` (expiry) and
-/// `q` (quiet).
-fn plain_meta_set(set: &MetaSet<'_>) -> bool {
-    let plain = set
-        .flags
-        .requested()
-        .all(|letter| matches!(letter, b'b' | b'F' | b'T' | b'q'));
-    plain && set.mode == MetaSetMode::Set
+/// A plain store's key, value, flags and exptime: a `set`, or an `ms`
+/// that only stores its value, as a `set` does (its flags at most `b`, the
+/// key in base64, `F` client flags, `T` expiry and `q` quiet).
+fn plain_store<'a>(request: &Request<'a>) -> Option<(KeyBytes<'a>, &'a [u8], u32, i32)> {
+    match request {
+        Request::Store(set) if set.command == StoreCommand::Set => {
+            Some((KeyBytes::Plain(set.key), set.value, set.flags, set.exptime))
+        }
+        Request::MetaSet(set) => {
+            let flags = &set.flags;
+            let plain = flags
+                .requested()
+                .all(|letter| matches!(letter, b'b' | b'F' | b'T' | b'q'));
+            (plain && set.mode == MetaSetMode::Set).then(|| {
+                let (client_flags, exptime) = (flags.client_flags, flags.ttl);
+                let (client_flags, exptime) = (client_flags.unwrap_or(0), exptime.unwrap_or(0));
+                (set.key.bytes(), set.value, client_flags, exptime)
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Appends up to `room` bytes from `file` to `input`; returns how many (0
