@@ -109,3 +109,33 @@ fn other_paths_and_methods_are_refused() {
     );
     assert!(status.ends_with(" 405 Method Not Allowed"), "{status}");
 }
+
+#[test]
+fn past_sixteen_open_metrics_connections_another_is_closed_unanswered() {
+    let (_dir, _server, address) = start_with_metrics();
+    // Sixteen idle connections take every place.
+    let idle: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    // Accepted in order: once a request on a seventeenth is refused, all
+    // sixteen hold their places.
+    let refused = |address| {
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(common::REPLY_TIMEOUT))
+            .unwrap();
+        let _ = stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
+        reply.is_empty()
+    };
+    assert!(refused(address), "a seventeenth connection was answered");
+    // One place freed, a scrape is answered again.
+    drop(idle);
+    let deadline = std::time::Instant::now() + common::REPLY_TIMEOUT;
+    while refused(address) {
+        assert!(std::time::Instant::now() < deadline, "no place came free");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(metrics(address).contains_key("larder_curr_connections"));
+}
