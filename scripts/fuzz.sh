@@ -13,7 +13,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SECONDS_PER_TARGET=${1:-20}
 CARGO_FUZZ_VERSION=0.13.2
-TARGETS=(protocol_parse record_decode recovery)
+TARGETS=(protocol_parse binary_parse record_decode recovery)
 
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     echo "fuzz: skipped: no nightly toolchain here (cargo-fuzz needs one)"

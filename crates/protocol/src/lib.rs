@@ -1,5 +1,6 @@
 //! The memcached text and meta protocols: request parsing and reply
-//! encoding, with no I/O.
+//! encoding, with no I/O. The binary protocol, which a connection's first
+//! byte chooses, has its own parser and responses in [`binary`].
 //!
 //! This crate knows bytes, not sockets or storage. [`parse`] looks at the
 //! front of a connection's read buffer and says one of three things: a whole

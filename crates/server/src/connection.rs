@@ -153,8 +153,7 @@ enum Protocol {
     Unknown,
     /// memcached's text and meta protocols.
     Text,
-    /// memcached's binary protocol, which Larder does not speak: every
-    /// request is answered "Not supported" (see [`Exchange::refuse_binary`]).
+    /// memcached's binary protocol (see [`Exchange::process_binary`]).
     Binary,
 }
 
@@ -333,7 +332,7 @@ impl Exchange {
                 return Processed::OutputFull;
             }
             if self.protocol == Protocol::Binary {
-                match self.refuse_binary() {
+                match self.process_binary() {
                     Some(next) => return next,
                     None => continue,
                 }
@@ -428,27 +427,44 @@ impl Exchange {
         }
     }
 
-    /// Answers the binary request at the front of the input, once its
-    /// header is in, with the binary protocol's "Not supported" (the
-    /// message says which protocols to use); its body is swallowed as it
-    /// comes, so the connection stays open for the client to close. Returns
-    /// what the connection does next, or `None` to go on.
-    fn refuse_binary(&mut self) -> Option<Processed> {
-        let Some(&header) = self.input.first_chunk::<{ binary::HEADER_BYTES }>() else {
-            return Some(Processed::NeedInput);
-        };
-        if header[0] != binary::REQUEST_MAGIC {
-            // Not a binary request: the stream cannot be followed.
-            return Some(Processed::Close(End::ProtocolClose));
+    /// Handles the binary request at the front of the input, or answers
+    /// why it is refused (see [`binary::parse`]). Returns what the
+    /// connection does next, or `None` to go on.
+    fn process_binary(&mut self) -> Option<Processed> {
+        let limits = self.session.shared.limits;
+        match binary::parse(&self.input, &limits) {
+            Ok(binary::Parsed::Complete {
+                request,
+                frame_bytes,
+            }) => {
+                self.info.commanded(self.session.now());
+                let flow = self.session.handle_binary(&request);
+                self.input.advance(frame_bytes);
+                (flow == Flow::Close).then_some(Processed::Close(End::Done))
+            }
+            Ok(binary::Parsed::Incomplete { frame_bytes }) => {
+                if let Some(frame) = frame_bytes {
+                    self.input.reserve(frame.saturating_sub(self.input.len()));
+                    self.value_pending = true;
+                }
+                Some(Processed::NeedInput)
+            }
+            Err(refusal) => {
+                if let Some(header) = &refusal.header {
+                    if refusal.status == binary::Status::TooLarge {
+                        let key = refusal.set_key.clone().and_then(|at| self.input.get(at));
+                        let key = key.map(<[u8]>::to_vec);
+                        self.session.refused_too_large(key.as_deref());
+                    }
+                    binary::write_error(&mut self.session.output, header, refusal.status);
+                }
+                self.input.advance(refusal.consumed.min(self.input.len()));
+                self.discard_bytes = refusal.discard_bytes;
+                refusal
+                    .close
+                    .then_some(Processed::Close(End::ProtocolClose))
+            }
         }
-        let quit = binary::OPCODES_QUIT.contains(&header[1]);
-        if header[1] != binary::OPCODES_QUIT[1] {
-            binary::write_not_supported(&mut self.session.output, &header);
-        }
-        self.input.advance(binary::HEADER_BYTES);
-        self.discard_bytes = u64::from(binary::body_bytes(&header));
-        tracing::debug!("a client spoke memcached's binary protocol: answered Not supported");
-        quit.then_some(Processed::Close(End::Done))
     }
 
     /// Commits the batch's writes; if the commit fails, the batch's

@@ -39,6 +39,7 @@
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
 
+mod binary;
 pub mod config;
 mod connection;
 mod conns;

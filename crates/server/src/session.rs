@@ -15,7 +15,7 @@ use larder_engine::{
     ArithOutcome, Engine, Error as EngineError, Expiry, StoreMode, StoreOutcome, Ticket,
 };
 use larder_protocol::reply::{self, Reply};
-use larder_protocol::{Limits, Request};
+use larder_protocol::{binary, Limits, Request};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -74,7 +74,7 @@ pub struct Session {
     /// Replies not yet sent.
     pub output: BytesMut,
     /// Byte ranges of `output` that acknowledge a write of this batch.
-    acks: Vec<Range<usize>>,
+    acks: Vec<Ack>,
     /// The latest write of this batch: committing it commits them all.
     pub ticket: Ticket,
     /// This connection's counts, which `stats` reads as they are.
@@ -92,6 +92,16 @@ pub struct Session {
     /// input already listed, when it stopped as [`Flow::Unfinished`]; 0
     /// otherwise.
     pub(crate) dump_partitions_done: usize,
+    /// The header of the binary-protocol request being handled, if it is
+    /// one: its acknowledgements fail in that protocol.
+    pub(crate) binary_request: Option<binary::Header>,
+}
+
+/// The bytes of `output` that acknowledge a write, and the binary request
+/// they answer, if they answer one (see [`Session::fail_acks`]).
+struct Ack {
+    range: Range<usize>,
+    binary: Option<binary::Header>,
 }
 
 impl Session {
@@ -108,6 +118,7 @@ impl Session {
             retrieval_acked: false,
             retrieval_failed: false,
             dump_partitions_done: 0,
+            binary_request: None,
         }
     }
 
@@ -150,7 +161,10 @@ impl Session {
     /// Records `output[start..]` as the acknowledgement of a write of this
     /// batch.
     pub(crate) fn ack_since(&mut self, start: usize) {
-        self.acks.push(start..self.output.len());
+        self.acks.push(Ack {
+            range: start..self.output.len(),
+            binary: self.binary_request,
+        });
     }
 
     /// A write of this batch succeeded quietly (a meta command's `q`): no
@@ -158,7 +172,10 @@ impl Session {
     /// `q` hides successes only.
     pub(crate) fn ack_quietly(&mut self) {
         let at = self.output.len();
-        self.acks.push(at..at);
+        self.acks.push(Ack {
+            range: at..at,
+            binary: self.binary_request,
+        });
     }
 
     /// Counts a store's outcome as memcached does: every item stored, and
@@ -229,17 +246,25 @@ impl Session {
     }
 
     /// The batch's commit failed: every acknowledgement becomes an error,
-    /// and every quiet success gets one.
+    /// and every quiet success gets one; in the binary protocol, the
+    /// status "Temporary failure" with the same message.
     pub fn fail_acks(&mut self, error: &EngineError) {
-        let message = format!("SERVER_ERROR write not durable, retry later: {error}")
-            .replace(['\r', '\n'], " ");
+        let message = format!("write not durable, retry later: {error}").replace(['\r', '\n'], " ");
         let mut rebuilt = BytesMut::with_capacity(self.output.len());
         let mut at = 0;
         for ack in self.acks.drain(..) {
-            rebuilt.extend_from_slice(self.output.get(at..ack.start).unwrap_or_default());
-            rebuilt.extend_from_slice(message.as_bytes());
-            rebuilt.extend_from_slice(b"\r\n");
-            at = ack.end;
+            let before = self.output.get(at..ack.range.start).unwrap_or_default();
+            rebuilt.extend_from_slice(before);
+            match ack.binary {
+                Some(request) => binary::write_error_message(
+                    &mut rebuilt,
+                    &request,
+                    binary::Status::TemporaryFailure,
+                    message.as_bytes(),
+                ),
+                None => reply::write_server_error(&mut rebuilt, message.as_bytes()),
+            }
+            at = ack.range.end;
         }
         rebuilt.extend_from_slice(self.output.get(at..).unwrap_or_default());
         self.output = rebuilt;

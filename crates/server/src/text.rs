@@ -2,6 +2,7 @@
 
 use crate::limits::WRITE_BUFFER_BYTES_SOFT_MAX;
 use crate::session::{Flow, Session};
+use bytes::BytesMut;
 use larder_engine::{
     Arith, ArithOutcome, DeleteOutcome, Error as EngineError, ReadOptions, StoreMode, StoreOutcome,
     Ticket,
@@ -235,43 +236,45 @@ impl Session {
 
     /// stats [group].
     pub(crate) fn stats(&mut self, stats: &Stats<'_>) {
-        let shared = std::sync::Arc::clone(&self.shared);
-        match stats.group() {
-            None => {
-                shared
-                    .stats
-                    .write_general(&shared.config, &shared.engine, &mut self.output);
-            }
-            Some(b"settings") => {
-                shared
-                    .stats
-                    .write_settings(&shared.config, &shared.engine, &mut self.output)
-            }
-            Some(b"items") => shared
+        let mut out = std::mem::take(&mut self.output);
+        let known = self.write_stats_group(stats.group(), &mut out);
+        self.output = out;
+        let end = match stats.group() {
+            _ if !known => Reply::Error,
+            Some(b"reset") => Reply::Reset,
+            _ => Reply::End,
+        };
+        reply::write_reply(&mut self.output, end);
+    }
+
+    /// Writes the `STAT` lines of `group` (the general figures for none),
+    /// without the `END`; `reset` resets the counters and writes nothing.
+    /// Returns `false` for a group there is none of.
+    pub(crate) fn write_stats_group(&self, group: Option<&[u8]>, out: &mut BytesMut) -> bool {
+        let shared = &self.shared;
+        match group {
+            None => shared
                 .stats
-                .write_items(&shared.engine.stats(), &mut self.output),
-            Some(b"segments") => shared
+                .write_general(&shared.config, &shared.engine, out),
+            Some(b"settings") => shared
                 .stats
-                .write_segments(&shared.engine.stats(), &mut self.output),
+                .write_settings(&shared.config, &shared.engine, out),
+            Some(b"items") => shared.stats.write_items(&shared.engine.stats(), out),
+            Some(b"segments") => shared.stats.write_segments(&shared.engine.stats(), out),
             Some(b"reset") => {
                 let engine = &shared.engine;
                 shared
                     .stats
                     .counts
                     .reset(|| crate::stats::EngineCounts::of(engine));
-                reply::write_reply(&mut self.output, Reply::Reset);
-                return;
             }
             // memcached keeps item sizes only when started with them on.
-            Some(b"sizes") => reply::write_stat(&mut self.output, b"sizes_status", b"disabled"),
-            Some(b"conns") => shared.stats.conns.write(self.now(), &mut self.output),
+            Some(b"sizes") => reply::write_stat(out, b"sizes_status", b"disabled"),
+            Some(b"conns") => shared.stats.conns.write(self.now(), out),
             Some(b"slabs") => {}
-            Some(_) => {
-                reply::write_reply(&mut self.output, Reply::Error);
-                return;
-            }
+            Some(_) => return false,
         }
-        reply::write_reply(&mut self.output, Reply::End);
+        true
     }
 }
 
@@ -380,7 +383,7 @@ fn write_metadump_line(
 /// before the delay ends (its `oldest_live` is that second minus one), so
 /// `flush_all 1` acts at once and `flush_all 2` at the next second's turn:
 /// one second less than the delay.
-fn flush_delay_secs(delay: Option<i32>, now: u32) -> u32 {
+pub(crate) fn flush_delay_secs(delay: Option<i32>, now: u32) -> u32 {
     match delay {
         Some(delay) if delay > 0 => {
             match larder_engine::Expiry::from_memcached(delay.into(), now) {
