@@ -157,7 +157,7 @@ if [ "$URING" = 1 ]; then
     section "pytest: the wire, client and restart suites again, connections on io_uring rings (LARDER_TEST_IO=uring)"
     LARDER_TEST_IO=uring PYTHONDONTWRITEBYTECODE=1 timeout -s INT -k 30 "${PYTEST_TIMEOUT_S:-900}" \
         .venv/bin/pytest -q -rfEx -p no:cacheprovider "$@" \
-        tests/python/test_wire_compat.py tests/python/test_pymemcache.py \
+        tests/python/test_wire_compat.py tests/python/test_binary_protocol.py tests/python/test_pymemcache.py \
         tests/python/test_other_clients.py tests/python/test_unix_socket.py \
         tests/python/test_memccapable.py tests/python/test_restart.py \
         tests/python/test_crash_loop.py tests/python/test_hostile_memory.py \

@@ -486,6 +486,32 @@ fn command<'a>(header: &Header, extras: &[u8], key: &'a [u8], value: &'a [u8]) -
     }
 }
 
+/// Appends a request: the form a client sends, for tools and tests that
+/// speak to a server in the binary protocol.
+pub fn write_request(
+    out: &mut impl BufMut,
+    code: u8,
+    opaque: u32,
+    cas: u64,
+    extras: &[u8],
+    key: &[u8],
+    value: &[u8],
+) {
+    let body_len = extras.len() + key.len() + value.len();
+    out.put_u8(REQUEST_MAGIC);
+    out.put_u8(code);
+    out.put_u16(u16::try_from(key.len()).unwrap_or(u16::MAX));
+    out.put_u8(u8::try_from(extras.len()).unwrap_or(u8::MAX));
+    out.put_u8(0); // data type: raw bytes
+    out.put_u16(0); // vbucket
+    out.put_u32(u32::try_from(body_len).unwrap_or(u32::MAX));
+    out.put_u32(opaque);
+    out.put_u64(cas);
+    out.put_slice(extras);
+    out.put_slice(key);
+    out.put_slice(value);
+}
+
 /// Appends a response to the request whose header is `request`: the same
 /// opcode and opaque, `status`, `cas`, and a body of `extras`, `key` and
 /// `value`.
@@ -562,17 +588,8 @@ mod tests {
     use super::*;
 
     fn request(code: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Vec<u8> {
-        let mut out = vec![REQUEST_MAGIC, code];
-        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        out.push(extras.len() as u8);
-        out.extend_from_slice(&[0, 0, 0]);
-        let body = extras.len() + key.len() + value.len();
-        out.extend_from_slice(&(body as u32).to_be_bytes());
-        out.extend_from_slice(&0xdead_beef_u32.to_be_bytes());
-        out.extend_from_slice(&7u64.to_be_bytes());
-        out.extend_from_slice(extras);
-        out.extend_from_slice(key);
-        out.extend_from_slice(value);
+        let mut out = Vec::new();
+        write_request(&mut out, code, 0xdead_beef, 7, extras, key, value);
         out
     }
 

@@ -2,7 +2,9 @@
 //! request is incomplete until its last byte and whole with it, pipelined
 //! requests parse in turn, and what comes out is what went in.
 
-use larder_protocol::binary::{opcode, parse, Command, Parsed, HEADER_BYTES, REQUEST_MAGIC};
+use larder_protocol::binary::{
+    opcode, parse, write_request, Command, Parsed, HEADER_BYTES, REQUEST_MAGIC,
+};
 use larder_protocol::Limits;
 use proptest::prelude::*;
 
@@ -19,17 +21,17 @@ struct Sent {
 
 impl Sent {
     fn bytes(&self) -> Vec<u8> {
-        let mut out = vec![REQUEST_MAGIC, self.opcode];
-        out.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
-        out.push(self.extras.len() as u8);
-        out.extend_from_slice(&[0, 0, 0]);
-        let body = self.extras.len() + self.key.len() + self.value.len();
-        out.extend_from_slice(&(body as u32).to_be_bytes());
-        out.extend_from_slice(&self.opaque.to_be_bytes());
-        out.extend_from_slice(&self.cas.to_be_bytes());
-        out.extend_from_slice(&self.extras);
-        out.extend_from_slice(&self.key);
-        out.extend_from_slice(&self.value);
+        let mut out = Vec::new();
+        let (extras, key, value) = (&self.extras, &self.key, &self.value);
+        write_request(
+            &mut out,
+            self.opcode,
+            self.opaque,
+            self.cas,
+            extras,
+            key,
+            value,
+        );
         out
     }
 }

@@ -433,21 +433,12 @@ mod tests {
     use crate::session::{Flow, Session, Shared};
     use larder_engine::fs::{FaultKind, MemFs};
     use larder_engine::Durability;
-    use larder_protocol::binary::{opcode, parse, Parsed, HEADER_BYTES, REQUEST_MAGIC};
+    use larder_protocol::binary::{opcode, parse, write_request, Parsed, HEADER_BYTES};
     use larder_protocol::Limits;
 
     fn request(code: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
-        let mut out = vec![REQUEST_MAGIC, code];
-        out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        out.push(extras.len() as u8);
-        out.extend_from_slice(&[0, 0, 0]);
-        let body = extras.len() + key.len() + value.len();
-        out.extend_from_slice(&(body as u32).to_be_bytes());
-        out.extend_from_slice(&opaque.to_be_bytes());
-        out.extend_from_slice(&0u64.to_be_bytes());
-        out.extend_from_slice(extras);
-        out.extend_from_slice(key);
-        out.extend_from_slice(value);
+        let mut out = Vec::new();
+        write_request(&mut out, code, opaque, 0, extras, key, value);
         out
     }
 
