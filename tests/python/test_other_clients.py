@@ -1,20 +1,37 @@
 """Memcached clients in Go, Java and Node.js, written by others, against Larder.
 
 Each program under tests/clients/<language>/ drives one widely used client
-library through its own API (gomemcache, spymemcached, the `memcached` npm
-package), asserts every result, and exits 1 naming each check that failed,
-or prints "ok N checks" (N check groups, all passed). Every program runs
-against the real memcached first: that is what shows its expectations are
-memcached's behaviour, not guesses. Then against Larder. Then, through the
-same client, keys are written to Larder, the server is killed with SIGKILL,
-started again on the same data directory, and every key is read back.
+library through its own API, asserts every result, and exits 1 naming each
+check that failed, or prints "ok N checks" (N check groups, all passed):
+
+  go-gomemcache             gomemcache (text protocol)
+  java-spymemcached         spymemcached 2.12.3, its default connection
+                            factory (text protocol)
+  java-spymemcached-binary  the same program and jar with --binary:
+                            spymemcached's BinaryConnectionFactory (binary
+                            protocol), the same check groups, each asserting
+                            the binary protocol's answer where it differs
+                            (status codes for reply lines, keys of any bytes,
+                            an unsigned expiry), and get-and-touch, incr with
+                            a default and a cas on append, prepend and delete,
+                            which the client offers on binary only
+  node-memcached            the `memcached` npm package 2.2.2 (text protocol)
+  node-memjs                memjs 1.3.2, which speaks only the binary
+                            protocol (tests/clients/node/memjs_compat.js)
+
+Every program runs against the real memcached (its own test): that is what
+shows its expectations are memcached's behaviour, not guesses. Then against
+Larder. Then, through the same client, keys are written to Larder, the
+server is killed with SIGKILL, started again on the same data directory, and
+every key is read back. `-k against_memcached` runs the memcached half alone.
 
 The toolchains (go, java with mvn, node with npm) come with the machines
 the test command runs on, or scripts/test.sh installs Debian's packages.
 The clients come from each language's registry at the versions the programs
 pin. The Go program is built into a scratch directory; Maven builds into
 tests/clients/java/target and npm installs into tests/clients/node/
-node_modules (both ignored by git).
+node_modules (both ignored by git); programs that share a directory and its
+build steps (the two Java ones, the two Node.js ones) share one build.
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
@@ -65,22 +82,40 @@ PROGRAMS = [
         command=["java", "-jar", str(CLIENTS_DIR / "java" / "target" / "larder-spymemcached-check.jar")],
     ),
     ClientProgram(
+        name="java-spymemcached-binary",
+        directory=CLIENTS_DIR / "java",
+        tools=["java", "mvn"],
+        build=[["mvn", "-q", "-B", "package"]],
+        command=["java", "-jar", str(CLIENTS_DIR / "java" / "target" / "larder-spymemcached-check.jar"), "--binary"],
+    ),
+    ClientProgram(
         name="node-memcached",
         directory=CLIENTS_DIR / "node",
         tools=["node", "npm"],
         build=[["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]],
         command=["node", str(CLIENTS_DIR / "node" / "compat.js")],
     ),
+    ClientProgram(
+        name="node-memjs",
+        directory=CLIENTS_DIR / "node",
+        tools=["node", "npm"],
+        build=[["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"]],
+        command=["node", str(CLIENTS_DIR / "node" / "memjs_compat.js")],
+    ),
 ]
 
 
 class BuiltPrograms:
-    """Builds each program the first time a test asks for it."""
+    """Builds each program the first time a test asks for it; programs with
+    the same directory and build steps share one build (and its scratch
+    directory)."""
 
     def __init__(self, scratch: Path):
         self.scratch = scratch
         self.commands: Dict[str, List[str]] = {}
         self.failures: Dict[str, str] = {}
+        # (directory, build steps) -> (scratch directory, why it failed or "")
+        self.builds: Dict[Tuple[str, Tuple[Tuple[str, ...], ...]], Tuple[Path, str]] = {}
 
     def command(self, program: ClientProgram) -> List[str]:
         if program.name in self.failures:
@@ -97,8 +132,19 @@ class BuiltPrograms:
         missing = [tool for tool in program.tools if shutil.which(tool) is None]
         if missing:
             return f"{program.name} needs {', '.join(missing)} on PATH"
-        out = self.scratch / program.name
-        out.mkdir()
+        key = (str(program.directory), tuple(tuple(step) for step in program.build))
+        if key not in self.builds:
+            out = self.scratch / program.name
+            out.mkdir()
+            self.builds[key] = (out, self._run_build(program, out))
+        out, failure = self.builds[key]
+        if failure:
+            return failure
+        self.commands[program.name] = [part.replace("{out}", str(out)) for part in program.command]
+        return ""
+
+    @staticmethod
+    def _run_build(program: ClientProgram, out: Path) -> str:
         for step in program.build:
             argv = [part.replace("{out}", str(out)) for part in step]
             done = run_in(program.directory, argv, BUILD_TIMEOUT_S)
@@ -107,7 +153,6 @@ class BuiltPrograms:
                     f"building {program.name}: {' '.join(argv)} exited {done.returncode}\n"
                     f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
                 )
-        self.commands[program.name] = [part.replace("{out}", str(out)) for part in program.command]
         return ""
 
 
@@ -152,8 +197,13 @@ def assert_verify_failed(done: subprocess.CompletedProcess, keys: str) -> None:
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
-def test_client_checks_pass_against_memcached_and_larder(program, built, servers):
+def test_client_checks_pass_against_memcached(program, built, servers):
+    """The program's expectations are memcached's answers."""
     assert_all_passed(run_program(built, program, servers.memcached(), "checks"), "memcached itself")
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: p.name)
+def test_client_checks_pass_against_larder(program, built, servers):
     assert_all_passed(run_program(built, program, servers.larder(durability="everysec"), "checks"), "Larder")
 
 

@@ -4,6 +4,8 @@ import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import net.spy.memcached.BinaryConnectionFactory;
+import net.spy.memcached.ConnectionFactory;
 import net.spy.memcached.ConnectionFactoryBuilder;
 import net.spy.memcached.MemcachedClient;
 
@@ -21,11 +23,19 @@ final class Connect {
 
   /**
    * A new client: spymemcached's default connection factory settings
-   * (text protocol) but for the operation timeout ({@link #OP_TIMEOUT_MS}).
+   * (text protocol), or with {@code binary} its BinaryConnectionFactory's
+   * (binary protocol), but for the operation timeout ({@link #OP_TIMEOUT_MS}).
    */
-  static MemcachedClient client(InetSocketAddress addr) throws IOException {
-    return new MemcachedClient(
-        new ConnectionFactoryBuilder().setOpTimeout(OP_TIMEOUT_MS).build(), List.of(addr));
+  static MemcachedClient client(InetSocketAddress addr, boolean binary) throws IOException {
+    ConnectionFactory factory = binary
+        ? new BinaryConnectionFactory() {
+            @Override
+            public long getOperationTimeout() {
+              return OP_TIMEOUT_MS;
+            }
+          }
+        : new ConnectionFactoryBuilder().setOpTimeout(OP_TIMEOUT_MS).build();
+    return new MemcachedClient(factory, List.of(addr));
   }
 
   /**
@@ -33,10 +43,10 @@ final class Connect {
    * a server that has answered "version"; null, after saying why on stderr,
    * when none answers within about ten seconds.
    */
-  static MemcachedClient open(InetSocketAddress addr) {
+  static MemcachedClient open(InetSocketAddress addr, boolean binary) {
     MemcachedClient c;
     try {
-      c = client(addr);
+      c = client(addr, binary);
     } catch (IOException e) {
       System.err.println("FAIL connect: expected a client for " + addr + " got " + e);
       return null;

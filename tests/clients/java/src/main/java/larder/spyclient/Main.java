@@ -1,17 +1,19 @@
 package larder.spyclient;
 
 import java.net.InetSocketAddress;
+import java.util.Arrays;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
  * Drives spymemcached, with its default (text protocol) connection factory,
- * against one memcached-compatible server.
+ * or with --binary its BinaryConnectionFactory (binary protocol), against
+ * one memcached-compatible server.
  *
  * <pre>
- *   java -jar larder-spymemcached-check.jar HOST:PORT checks
- *   java -jar larder-spymemcached-check.jar HOST:PORT write N SEED
- *   java -jar larder-spymemcached-check.jar HOST:PORT verify N SEED
+ *   java -jar larder-spymemcached-check.jar [--binary] HOST:PORT checks
+ *   java -jar larder-spymemcached-check.jar [--binary] HOST:PORT write N SEED
+ *   java -jar larder-spymemcached-check.jar [--binary] HOST:PORT verify N SEED
  * </pre>
  *
  * Exit status: 0 when everything held, 1 when a check failed, 2 on bad
@@ -28,6 +30,10 @@ public final class Main {
 
   public static void main(String[] args) {
     quietLogging();
+    boolean binary = args.length > 0 && args[0].equals("--binary");
+    if (binary) {
+      args = Arrays.copyOfRange(args, 1, args.length);
+    }
     if (args.length < 2) {
       usage("missing arguments");
     }
@@ -40,7 +46,7 @@ public final class Main {
           usage("checks takes no further arguments");
         }
         startWatchdog(60, "checks");
-        code = new Checks(addr).run();
+        code = new Checks(addr, binary).run();
       }
       case "write", "verify" -> {
         if (args.length != 4) {
@@ -52,7 +58,7 @@ public final class Main {
           usage("N must not be negative");
         }
         startWatchdog(120 + n / 50, mode);
-        Persist p = new Persist(addr, n, seed);
+        Persist p = new Persist(addr, n, seed, binary);
         code = mode.equals("write") ? p.write() : p.verify();
       }
       default -> {
@@ -135,9 +141,9 @@ public final class Main {
 
   private static void usage(String problem) {
     System.err.println(problem);
-    System.err.println("usage: java -jar larder-spymemcached-check.jar HOST:PORT checks");
-    System.err.println("       java -jar larder-spymemcached-check.jar HOST:PORT write N SEED");
-    System.err.println("       java -jar larder-spymemcached-check.jar HOST:PORT verify N SEED");
+    System.err.println("usage: java -jar larder-spymemcached-check.jar [--binary] HOST:PORT checks");
+    System.err.println("       java -jar larder-spymemcached-check.jar [--binary] HOST:PORT write N SEED");
+    System.err.println("       java -jar larder-spymemcached-check.jar [--binary] HOST:PORT verify N SEED");
     System.exit(2);
   }
 }

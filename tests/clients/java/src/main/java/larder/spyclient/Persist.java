@@ -25,11 +25,13 @@ final class Persist {
   private final InetSocketAddress addr;
   private final int n;
   private final long seed;
+  private final boolean binary;
 
-  Persist(InetSocketAddress addr, int n, long seed) {
+  Persist(InetSocketAddress addr, int n, long seed, boolean binary) {
     this.addr = addr;
     this.n = n;
     this.seed = seed;
+    this.binary = binary;
   }
 
   static String key(int i) {
@@ -68,7 +70,7 @@ final class Persist {
   }
 
   int write() {
-    MemcachedClient c = Connect.open(addr);
+    MemcachedClient c = Connect.open(addr, binary);
     if (c == null) {
       return 1;
     }
@@ -118,7 +120,7 @@ final class Persist {
   }
 
   int verify() {
-    MemcachedClient c = Connect.open(addr);
+    MemcachedClient c = Connect.open(addr, binary);
     if (c == null) {
       return 1;
     }
