@@ -746,6 +746,70 @@ def test_stat_of_an_unknown_group_is_not_found(conn):
     assert conn.ask(NOOP) == ok(NOOP, cas=0)
 
 
+COUNTED = [
+    b"cmd_get", b"get_hits", b"get_misses", b"cmd_touch", b"touch_hits", b"touch_misses",
+    b"cmd_set", b"cas_hits", b"cas_badval", b"cas_misses", b"delete_hits", b"delete_misses",
+    b"incr_hits", b"incr_misses", b"decr_hits", b"decr_misses", b"total_items",
+]  # fmt: skip
+
+
+def test_each_command_counts_in_stat_as_in_memcached(own_server):
+    conn = Connection(own_server.address)
+    try:
+        before = read_stats(conn)
+        # Stores: two sets, a cas that matches, one that does not, one of a
+        # missing key, a failed add.
+        conn.ask(SET, b"ctr", store_extras(), b"abc")
+        conn.ask(SET, b"n", store_extras(), b"5")
+        cas = get_cas(conn, b"n")
+        assert conn.ask(SET, b"n", store_extras(), b"6", cas=cas).status == SUCCESS
+        assert conn.ask(SET, b"n", store_extras(), b"7", cas=cas).status == KEY_EEXISTS
+        assert conn.ask(SET, b"nope", store_extras(), b"7", cas=cas).status == KEY_ENOENT
+        assert conn.ask(ADD, b"n", store_extras(), b"8").status == KEY_EEXISTS
+        # Counters: not a number, a cas that does not match, a created one,
+        # a miss that creates nothing, two hits.
+        assert conn.ask(INCREMENT, b"ctr", delta_extras(1)).status == DELTA_BADVAL
+        assert conn.ask(INCREMENT, b"n", delta_extras(1), cas=cas).status == KEY_EEXISTS
+        assert conn.ask(INCREMENT, b"newc", delta_extras(1, 10)).status == SUCCESS
+        assert conn.ask(DECREMENT, b"gone", delta_extras(1, 0, 0xFFFFFFFF)).status == KEY_ENOENT
+        assert conn.ask(INCREMENT, b"n", delta_extras(1)).status == SUCCESS
+        assert conn.ask(DECREMENT, b"n", delta_extras(1)).status == SUCCESS
+        # Reads: a hit, a miss, a getk miss, a touch and a gat each way.
+        assert conn.ask(GET, b"n").status == SUCCESS
+        assert conn.ask(GET, b"gone").status == KEY_ENOENT
+        assert conn.ask(GETK, b"gone").status == KEY_ENOENT
+        assert conn.ask(TOUCH, b"n", expiry_extras(100)).status == SUCCESS
+        assert conn.ask(TOUCH, b"gone", expiry_extras(100)).status == KEY_ENOENT
+        assert conn.ask(GAT, b"n", expiry_extras(100)).status == SUCCESS
+        assert conn.ask(GAT, b"gone", expiry_extras(100)).status == KEY_ENOENT
+        # Deletes: a hit and a miss.
+        assert conn.ask(DELETE, b"ctr").status == SUCCESS
+        assert conn.ask(DELETE, b"ctr").status == KEY_ENOENT
+        after = read_stats(conn)
+    finally:
+        conn.close()
+    moved = {name: int(after[name]) - int(before[name]) for name in COUNTED}
+    # memcached's counts: a non-numeric counter and a cas mismatch are
+    # neither hit nor miss; the get_cas reads count as gets.
+    assert moved == {
+        b"cmd_get": 4, b"get_hits": 2, b"get_misses": 2, b"cmd_touch": 4, b"touch_hits": 2,
+        b"touch_misses": 2, b"cmd_set": 6, b"cas_hits": 1, b"cas_badval": 1, b"cas_misses": 1,
+        b"delete_hits": 1, b"delete_misses": 1, b"incr_hits": 1, b"incr_misses": 0, b"decr_hits": 1,
+        b"decr_misses": 1, b"total_items": 4,
+    }, moved  # fmt: skip
+
+
+def test_stat_groups_are_matched_by_their_start_and_detail_on_is_taken(conn):
+    # As memcached's binary stat: `settings` and `reset` by their first
+    # letters; `detail on` and `detail off` answer the end packet alone.
+    settings = read_stats(conn, b"settingsjunk")
+    assert COMMON_SETTINGS <= set(settings), sorted(COMMON_SETTINGS - set(settings))
+    assert read_stats(conn, b"detail on") == {}
+    assert read_stats(conn, b"detail off") == {}
+    assert conn.ask(STAT, b"detail junk") == error(STAT, KEY_ENOENT)
+    assert conn.ask(NOOP) == ok(NOOP, cas=0)
+
+
 def test_verbosity_is_an_unknown_command(conn):
     # memcached 1.6 has no binary verbosity: 0x1b is answered "Unknown
     # command". (Sent with the 4-byte extras the protocol describes, memcached

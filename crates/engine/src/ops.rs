@@ -500,12 +500,18 @@ impl Engine {
     /// Sets the expiry of a live item without rewriting its value. Returns
     /// whether the item existed.
     pub fn touch(&self, key: &[u8], expiry: Expiry) -> Result<(bool, Ticket)> {
+        let (item, ticket) = self.touch_item(key, expiry)?;
+        Ok((item.is_some(), ticket))
+    }
+
+    /// [`Engine::touch`], returning the item touched (its flags and CAS
+    /// unique; not its value, which is neither read nor copied).
+    pub fn touch_item(&self, key: &[u8], expiry: Expiry) -> Result<(Option<Item>, Ticket)> {
         let options = ReadOptions {
             touch: Some(expiry),
             ..ReadOptions::default()
         };
-        let (item, ticket) = self.inner.touch(key, options, false)?;
-        Ok((item.is_some(), ticket))
+        self.inner.touch(key, options, false)
     }
 
     /// Creates an empty item if the key has no live one, marking the caller

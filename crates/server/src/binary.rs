@@ -346,23 +346,17 @@ impl Session {
     /// touch: a hit answers the flags and the CAS unique, not the value.
     fn binary_touch(&mut self, header: &Header, key: &[u8], exptime: u32) {
         self.counts.cmd_touch.add(1);
-        let options = ReadOptions {
-            touch: Some(self.binary_expiry(exptime)),
-            ..ReadOptions::default()
-        };
-        let (found, seen) = match self
-            .shared
-            .engine
-            .get_visit(key, options, |item, _| (item.flags, item.cas))
-        {
+        let expiry = self.binary_expiry(exptime);
+        let (found, seen) = match self.engine().touch_item(key, expiry) {
             Ok(found) => found,
             Err(error) => return self.binary_engine_error(header, &error),
         };
         let start = self.output.len();
         match found {
-            Some((flags, cas)) => {
+            Some(item) => {
                 self.counts.touch_hits.add(1);
-                let flags = flags.to_be_bytes();
+                let flags = item.flags.to_be_bytes();
+                let cas = item.cas;
                 write_response(
                     &mut self.output,
                     header,
@@ -384,8 +378,7 @@ impl Session {
     /// flush and flushq, at once or after a delay.
     fn binary_flush(&mut self, header: &Header, delay: Option<u32>, quiet: bool) {
         self.counts.cmd_flush.add(1);
-        let delay = delay.map(|delay| i32::try_from(delay).unwrap_or(i32::MAX));
-        let delay_secs = crate::text::flush_delay_secs(delay, self.now());
+        let delay_secs = crate::text::flush_delay_secs(delay.map(i64::from), self.now());
         match self.engine().flush_all(delay_secs) {
             Ok(ticket) => self.wrote(ticket),
             Err(error) => return self.binary_engine_error(header, &error),
@@ -398,7 +391,18 @@ impl Session {
     /// text protocol's `stats <group>`; `reset` answers only the last.
     fn binary_stat(&mut self, header: &Header, group: &[u8]) {
         let mut lines = bytes::BytesMut::new();
-        let group = (!group.is_empty()).then_some(group);
+        // memcached matches these groups by their start in this protocol,
+        // and takes `detail on` and `detail off` (Larder keeps no detail:
+        // they change nothing).
+        let group = match group {
+            [] => None,
+            _ if group.starts_with(b"settings") => Some(&b"settings"[..]),
+            _ if group.starts_with(b"reset") => Some(&b"reset"[..]),
+            _ if group.starts_with(b"detail on") || group.starts_with(b"detail off") => {
+                return write_response(&mut self.output, header, Status::Success, 0, &[], &[], &[]);
+            }
+            group => Some(group),
+        };
         if !self.write_stats_group(group, &mut lines) {
             return write_error(&mut self.output, header, Status::KeyNotFound);
         }

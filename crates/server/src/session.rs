@@ -216,7 +216,10 @@ impl Session {
                     counts.total_items.add(1);
                 }
             }
-            _ => misses.add(1),
+            // A counter that is not a number, or a CAS unique that does not
+            // match, is neither a hit nor a miss to memcached.
+            ArithOutcome::NonNumeric | ArithOutcome::Exists => {}
+            ArithOutcome::NotFound => misses.add(1),
         }
     }
 

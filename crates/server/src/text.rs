@@ -224,7 +224,7 @@ impl Session {
     /// flush_all [delay].
     pub(crate) fn flush_all(&mut self, flush: &FlushAll) {
         self.counts.cmd_flush.add(1);
-        let delay_secs = flush_delay_secs(flush.delay, self.now());
+        let delay_secs = flush_delay_secs(flush.delay.map(i64::from), self.now());
         match self.engine().flush_all(delay_secs) {
             Ok(ticket) => self.wrote(ticket),
             Err(error) => return self.engine_error(&error),
@@ -383,14 +383,12 @@ fn write_metadump_line(
 /// before the delay ends (its `oldest_live` is that second minus one), so
 /// `flush_all 1` acts at once and `flush_all 2` at the next second's turn:
 /// one second less than the delay.
-pub(crate) fn flush_delay_secs(delay: Option<i32>, now: u32) -> u32 {
+pub(crate) fn flush_delay_secs(delay: Option<i64>, now: u32) -> u32 {
     match delay {
-        Some(delay) if delay > 0 => {
-            match larder_engine::Expiry::from_memcached(delay.into(), now) {
-                larder_engine::Expiry::At(at) => at.saturating_sub(now).saturating_sub(1),
-                _ => 0,
-            }
-        }
+        Some(delay) if delay > 0 => match larder_engine::Expiry::from_memcached(delay, now) {
+            larder_engine::Expiry::At(at) => at.saturating_sub(now).saturating_sub(1),
+            _ => 0,
+        },
         _ => 0,
     }
 }
@@ -409,9 +407,12 @@ mod tests {
         assert_eq!(flush_delay_secs(Some(2), now), 1);
         assert_eq!(flush_delay_secs(Some(60), now), 59);
         // A unix time: seconds until it, less one; one already past is now.
-        let at = i32::try_from(now + 10).unwrap();
+        let at = i64::from(now + 10);
         assert_eq!(flush_delay_secs(Some(at), now), 9);
-        let past = i32::try_from(now - 10).unwrap();
+        let past = i64::from(now - 10);
         assert_eq!(flush_delay_secs(Some(past), now), 0);
+        // The binary protocol's delay is unsigned: past 2038 is later still.
+        let late = i64::from(u32::MAX);
+        assert_eq!(flush_delay_secs(Some(late), now), u32::MAX - now - 1);
     }
 }
