@@ -278,7 +278,7 @@ for workload in $WORKLOADS; do
 done
 
 for server in "${measured[@]}"; do
-    if [[ "$(protocol_of "$server")" == memcached ]]; then
+    if [[ "$(protocol_of "$server")" != redis ]]; then
         # Server counters at the end (Larder's include fsyncs and group
         # commits), for explaining the figures.
         server_stats "${PORT_OF[$server]}" >"$RAW/$server/stats.txt" || true

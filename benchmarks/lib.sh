@@ -439,8 +439,10 @@ known_server() {
     [[ " $KV_SERVERS " == *" $1 "* ]] || die "unknown server '$1' (one of: $KV_SERVERS)"
 }
 
-# protocol_of NAME: the protocol larder bench speaks to server NAME.
-protocol_of() { case "$1" in redis-*) echo redis;; *) echo memcached;; esac; }
+# protocol_of NAME: the protocol larder bench speaks to server NAME: RESP
+# to Redis; to memcached and Larder, MEMCACHED_PROTOCOL (memcached, the text
+# protocol, unless set to binary).
+protocol_of() { case "$1" in redis-*) echo redis;; *) echo "${MEMCACHED_PROTOCOL:-memcached}";; esac; }
 
 # ratio_of WORKLOAD: the gets:sets ratio of a workload (get, set or mix).
 ratio_of() {

@@ -22,6 +22,8 @@
 #   PIPELINE [1]          requests in flight per connection
 #   KEYS [100000]         distinct keys, all preloaded
 #   VALUE_SIZE [100]      value bytes
+#   MEMCACHED_PROTOCOL [memcached]  what larder bench speaks to memcached and
+#                         Larder: memcached (the text protocol) or binary
 #   ZIPF_SKEW [unset]     keys of the measured phase drawn uniformly; set, drawn
 #                         zipfian with this skew (0.99: a few hot keys)
 #   DURATION [4s]         measured phase of each run
@@ -169,7 +171,7 @@ on_exit_stop stop_all_servers
     echo "load_generator: $(larder_facts "$LARDER")"
     # Larder reads no LARDER_* variables, but an experimental build might.
     echo "environment: $(env | grep -E '^LARDER_' | sort | tr '\n' ' ')"
-    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE ZIPF_SKEW='$ZIPF_SKEW' DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
+    echo "settings: A='$A' B='$B' PAIRS=$PAIRS WORKLOAD=$WORKLOAD CONNS=$CONNS PIPELINE=$PIPELINE KEYS=$KEYS VALUE_SIZE=$VALUE_SIZE MEMCACHED_PROTOCOL=${MEMCACHED_PROTOCOL:-memcached} ZIPF_SKEW='$ZIPF_SKEW' DURATION=$DURATION WARMUP=$WARMUP SETTLE_SECONDS_MAX=$SETTLE_SECONDS_MAX CLIENT_THREADS=$CLIENT_THREADS SERVER_THREADS=$SERVER_THREADS MEMORY_MB=$MEMORY_MB SERVER_CPUS='$SERVER_CPUS' CLIENT_CPUS='$CLIENT_CPUS'"
 } >"$RESULTS_DIR/machine.txt"
 log "machine: $(tr '\n' '|' <"$RESULTS_DIR/machine.txt")"
 

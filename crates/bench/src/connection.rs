@@ -31,7 +31,7 @@
 //! and reports why; its requests in flight are not counted.
 
 use crate::limits::{PRELOAD_PIPELINE, REPLY_BYTES_MAX};
-use crate::reply::{parse_memcached, parse_resp, Parsed, Reply, ReplyError};
+use crate::reply::{parse_binary, parse_memcached, parse_resp, Parsed, Reply, ReplyError};
 use crate::request::{Op, Protocol};
 use crate::socket::{ReadHalf, Stream, WriteHalf};
 use crate::stats::Tally;
@@ -180,6 +180,7 @@ struct InFlight {
 fn parse_reply(protocol: Protocol, buffer: &[u8]) -> Result<Parsed, ReplyError> {
     match protocol {
         Protocol::Memcached => parse_memcached(buffer),
+        Protocol::Binary => parse_binary(buffer),
         Protocol::Redis => parse_resp(buffer),
     }
 }

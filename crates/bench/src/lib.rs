@@ -1,5 +1,6 @@
-//! `larder bench`: a load generator for memcached-protocol servers (and
-//! Redis, through RESP `GET`/`SET`, so that both run the same workload).
+//! `larder bench`: a load generator for memcached-protocol servers, in the
+//! text or the binary protocol (and Redis, through RESP `GET`/`SET`, so
+//! that both run the same workload).
 //!
 //! [`run`] takes [`BenchOptions`] and returns a [`Report`]: throughput,
 //! hits and misses, errors, and HDR-histogram latency percentiles measured
@@ -24,8 +25,9 @@
 //! `intervals` cuts the measured phase into intervals, and [`report`]
 //! presents.
 //!
-//! This crate depends on `larder-protocol` only for memcached's key limit:
-//! it is a client, and must work against any server.
+//! This crate depends on `larder-protocol` only for memcached's key limit
+//! and the binary protocol's request encoding and numbers: it is a client,
+//! and must work against any server.
 
 mod args;
 mod connection;

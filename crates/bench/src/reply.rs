@@ -1,5 +1,5 @@
-//! Client-side reply parsing for memcached text and RESP, two-phase: first
-//! check that a whole reply is buffered, then classify it.
+//! Client-side reply parsing for memcached text, memcached binary and RESP,
+//! two-phase: first check that a whole reply is buffered, then classify it.
 //!
 //! Each parser looks at the front of a connection's read buffer and returns
 //! [`Parsed::Complete`] with the reply and the bytes it spans, or
@@ -12,6 +12,7 @@
 //! thread.
 
 use crate::limits::{REPLY_LINE_BYTES_MAX, VALUE_BYTES_MAX};
+use larder_protocol::binary;
 use thiserror::Error;
 
 /// What a reply said, as far as a benchmark cares.
@@ -55,6 +56,10 @@ pub enum ReplyError {
     BadDataTerminator,
     #[error("VALUE not followed by END (a reply to a single-key get has one value)")]
     MissingEnd,
+    #[error("not a binary response: magic {0:#04x}")]
+    BadMagic(u8),
+    #[error("binary response's extras and key longer than its body")]
+    BadBody,
 }
 
 /// Parses one memcached text reply to `get <key>` or `set`.
@@ -106,6 +111,37 @@ pub fn parse_memcached(buffer: &[u8]) -> Result<Parsed, ReplyError> {
         reply: Reply::Hit { value_bytes },
         frame_bytes,
     })
+}
+
+/// Parses one memcached binary response to a get or a set.
+pub fn parse_binary(buffer: &[u8]) -> Result<Parsed, ReplyError> {
+    if let Some(&magic) = buffer
+        .first()
+        .filter(|&&magic| magic != binary::RESPONSE_MAGIC)
+    {
+        return Err(ReplyError::BadMagic(magic));
+    }
+    let Some(header) = buffer.first_chunk::<{ binary::HEADER_BYTES }>() else {
+        return Ok(Parsed::Incomplete);
+    };
+    let [_magic, code, k0, k1, extras_len, _, s0, s1, b0, b1, b2, b3, ..] = *header;
+    let body_bytes = u64::from(u32::from_be_bytes([b0, b1, b2, b3]));
+    let value_bytes = body_bytes
+        .checked_sub(u64::from(extras_len) + u64::from(u16::from_be_bytes([k0, k1])))
+        .ok_or(ReplyError::BadBody)?;
+    let value_bytes = checked_value_bytes(value_bytes)?;
+    let frame_bytes = binary::HEADER_BYTES + body_bytes as usize;
+    if buffer.len() < frame_bytes {
+        return Ok(Parsed::Incomplete);
+    }
+    let reply = match (u16::from_be_bytes([s0, s1]), code) {
+        (0, binary::opcode::GET) => Reply::Hit { value_bytes },
+        (0, _) => Reply::Stored,
+        (0x0001, binary::opcode::GET) => Reply::Miss,
+        (0x0001 | 0x0002 | 0x0005, _) => Reply::NotStored,
+        _ => Reply::Error,
+    };
+    Ok(Parsed::Complete { reply, frame_bytes })
 }
 
 /// Parses one RESP (2 or 3) reply to `GET` or `SET`.
@@ -308,6 +344,53 @@ mod tests {
         let longer = vec![b'a'; REPLY_LINE_BYTES_MAX + 2];
         assert_eq!(parse_memcached(&longer), Err(ReplyError::LineTooLong));
         assert_eq!(parse_resp(&longer), Err(ReplyError::LineTooLong));
+    }
+
+    fn binary_response(code: u8, status: u16, extras: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x81, code, 0, 0, extras.len() as u8, 0];
+        out.extend_from_slice(&status.to_be_bytes());
+        out.extend_from_slice(&((extras.len() + value.len()) as u32).to_be_bytes());
+        out.extend_from_slice(&[0; 12]);
+        out.extend_from_slice(extras);
+        out.extend_from_slice(value);
+        out
+    }
+
+    #[test]
+    fn binary_responses_are_classified_and_framed_by_their_length() {
+        let hit = binary_response(0x00, 0, &[0; 4], b"value");
+        assert_eq!(
+            parse_binary(&hit),
+            complete(Reply::Hit { value_bytes: 5 }, 33)
+        );
+        for cut in 0..hit.len() {
+            assert_eq!(
+                parse_binary(&hit[..cut]),
+                Ok(Parsed::Incomplete),
+                "cut at {cut}"
+            );
+        }
+        let miss = binary_response(0x00, 1, &[], b"Not found");
+        assert_eq!(parse_binary(&miss), complete(Reply::Miss, 33));
+        let stored = binary_response(0x01, 0, &[], b"");
+        assert_eq!(parse_binary(&stored), complete(Reply::Stored, 24));
+        let exists = binary_response(0x01, 2, &[], b"Data exists for key.");
+        assert_eq!(parse_binary(&exists), complete(Reply::NotStored, 44));
+        let too_large = binary_response(0x01, 3, &[], b"Too large.");
+        assert_eq!(parse_binary(&too_large), complete(Reply::Error, 34));
+        assert_eq!(
+            parse_binary(b"VALUE k 0 1\r\nv\r\nEND\r\n"),
+            Err(ReplyError::BadMagic(b'V'))
+        );
+        let mut short_body = binary_response(0x00, 0, &[0; 4], b"");
+        short_body[11] = 2;
+        assert_eq!(parse_binary(&short_body), Err(ReplyError::BadBody));
+        let mut huge = binary_response(0x00, 0, &[], b"");
+        huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            parse_binary(&huge),
+            Err(ReplyError::ValueTooLarge(_))
+        ));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! message) only when memcached is not installed; `scripts/test.sh`
 //! installs it.
 
-use larder_bench::{run, BenchOptions, Ratio};
+use larder_bench::{run, BenchOptions, Protocol, Ratio};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -169,6 +169,37 @@ fn a_run_over_memcacheds_unix_socket_hits_preloaded_keys() {
         ..BenchOptions::default()
     })
     .expect("the run completes");
+    assert_eq!(report.preload.map(|preload| preload.keys), Some(2_000));
+    assert!(report.gets > 0 && report.sets > 0, "{report}");
+    assert_eq!(report.errors, 0);
+    assert_eq!(report.failed_connections, 0, "{:?}", report.first_failure);
+    assert_eq!(report.misses, 0, "every key was preloaded");
+    assert_eq!(report.hits, report.gets);
+}
+
+#[test]
+fn a_run_in_the_binary_protocol_hits_preloaded_keys_and_stores() {
+    if !installed() {
+        return;
+    }
+    let (_memcached, port) = start_memcached();
+    let report = run(BenchOptions {
+        target: format!("127.0.0.1:{port}"),
+        protocol: Protocol::Binary,
+        threads: 1,
+        connections_per_thread: 3,
+        pipeline: 3,
+        ratio: Ratio { gets: 1, sets: 1 },
+        key_count: 2_000,
+        preload: true,
+        duration: Some(Duration::from_millis(500)),
+        warmup: Duration::from_millis(100),
+        seed: Some(11),
+        progress: false,
+        ..BenchOptions::default()
+    })
+    .expect("the run completes");
+    assert_eq!(report.settings.protocol, "binary");
     assert_eq!(report.preload.map(|preload| preload.keys), Some(2_000));
     assert!(report.gets > 0 && report.sets > 0, "{report}");
     assert_eq!(report.errors, 0);
