@@ -415,11 +415,14 @@ impl Engine {
     /// key, the item without its value (not marked fetched), and the bytes
     /// its record takes on disk. Runs under the partition's read lock, so
     /// `visit` must be brief and must not call into the engine. Past the
-    /// last partition there is nothing to walk.
-    pub fn walk_partition(&self, index: usize, mut visit: impl FnMut(&[u8], &Item, u64)) {
+    /// last partition there is nothing to walk. Returns the ticket to
+    /// commit before what the walk saw is told to anyone, as a read's
+    /// (under `Always`, the sync of the writes it saw; see
+    /// [`Engine::get_with`]).
+    pub fn walk_partition(&self, index: usize, mut visit: impl FnMut(&[u8], &Item, u64)) -> Ticket {
         let inner = &*self.inner;
         if index >= self.partitions() {
-            return;
+            return Ticket::NONE;
         }
         let options = ReadOptions {
             no_bump: true,
@@ -427,10 +430,20 @@ impl Engine {
         };
         let now = inner.now();
         let table = inner.keydir.partition_at(index).read();
+        // Of the entries in the active segment (the others are synced), the
+        // one whose record ends furthest: its sync covers the others'.
+        let active = inner.log.active_id_now();
+        let mut latest: Option<&crate::keydir::Entry> = None;
         for entry in table.iter().filter(|entry| inner.is_live(entry, now)) {
             let item = inner.describe(entry, now, options);
             visit(entry.key(), &item, entry.record_len());
+            if entry.segment_id() == active
+                && latest.is_none_or(|latest| entry.offset() > latest.offset())
+            {
+                latest = Some(entry);
+            }
         }
+        inner.seen(index, latest)
     }
 
     /// Hands every live item to `visit`, with its key and value, one
@@ -451,7 +464,8 @@ impl Engine {
         let mut handed = 0;
         let mut keys = Vec::new();
         for index in 0..self.partitions() {
-            self.walk_partition(index, |key, _, _| keys.push(key.to_vec()));
+            // As for each read's ticket below.
+            let _ticket = self.walk_partition(index, |key, _, _| keys.push(key.to_vec()));
             for key in keys.drain(..) {
                 // The ticket matters to a caller that acts on what it read
                 // while others write (see `get_with`); a caller that wants

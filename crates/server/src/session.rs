@@ -92,6 +92,11 @@ pub struct Session {
     /// input already listed, when it stopped as [`Flow::Unfinished`]; 0
     /// otherwise.
     pub(crate) dump_partitions_done: usize,
+    /// The lines of that unfinished listing so far wait for a commit (as
+    /// [`Session::retrieval_acked`] for a retrieval's replies).
+    pub(crate) dump_acked: bool,
+    /// They became a `SERVER_ERROR`: it is answered.
+    pub(crate) dump_failed: bool,
     /// The header of the binary-protocol request being handled, if it is
     /// one: its acknowledgements fail in that protocol.
     pub(crate) binary_request: Option<binary::Header>,
@@ -118,6 +123,8 @@ impl Session {
             retrieval_acked: false,
             retrieval_failed: false,
             dump_partitions_done: 0,
+            dump_acked: false,
+            dump_failed: false,
             binary_request: None,
         }
     }
@@ -272,6 +279,7 @@ impl Session {
         rebuilt.extend_from_slice(self.output.get(at..).unwrap_or_default());
         self.output = rebuilt;
         self.retrieval_failed = self.retrieval_keys_done != 0 && self.retrieval_acked;
+        self.dump_failed = self.dump_partitions_done != 0 && self.dump_acked;
         self.counts.server_errors.add(1);
     }
 
@@ -279,6 +287,7 @@ impl Session {
     pub fn batch_sent(&mut self) {
         self.acks.clear();
         self.retrieval_acked = false;
+        self.dump_acked = false;
         self.ticket = Ticket::NONE;
     }
 
@@ -443,6 +452,71 @@ mod tests {
             "{sent}"
         );
         assert_eq!(lines[5], "MN");
+    }
+
+    #[test]
+    fn a_metadump_waits_for_the_sync_of_what_it_lists_and_fails_with_it() {
+        let fs = MemFs::new();
+        let mut writer = session(&fs);
+        let mut reader = Session::new(Arc::clone(&writer.shared));
+        let dump = b"lru_crawler metadump all\r\n";
+
+        handle_all(&mut writer, b"set k 0 0 1\r\nv\r\n");
+        assert_eq!(commit_and_send(&mut writer), "STORED\r\n");
+        // Everything listed is synced: the listing waits for nothing.
+        handle_all(&mut reader, dump);
+        assert_eq!(reader.ticket, Ticket::NONE);
+        assert!(commit_and_send(&mut reader).starts_with("key=k "));
+
+        // An unsynced write is listed only once its sync is done.
+        handle_all(&mut writer, b"set j 0 0 1\r\nv\r\n");
+        handle_all(&mut reader, dump);
+        assert!(reader.ticket >= writer.ticket, "{:?}", reader.ticket);
+        let sent = commit_and_send(&mut reader);
+        assert!(
+            sent.contains("key=j ") && sent.ends_with("END\r\n"),
+            "{sent}"
+        );
+        assert_eq!(commit_and_send(&mut writer), "STORED\r\n");
+
+        // Its sync fails: the listing is one SERVER_ERROR.
+        handle_all(&mut writer, b"set i 0 0 1\r\nv\r\n");
+        handle_all(&mut reader, dump);
+        fs.inject(FaultKind::EioOnSync);
+        let sent = commit_and_send(&mut reader);
+        assert!(sent.starts_with("SERVER_ERROR write not durable"), "{sent}");
+        assert_eq!(sent.lines().count(), 1, "{sent}");
+    }
+
+    #[test]
+    fn a_long_metadump_whose_commit_fails_part_way_ends_with_the_error() {
+        let fs = MemFs::new();
+        let mut writer = session(&fs);
+        let mut reader = Session::new(Arc::clone(&writer.shared));
+        // Enough lines of long keys to pass the soft limit: about 20k keys
+        // of 250 bytes, each listed as a line of some 300.
+        let mut sets = Vec::new();
+        for index in 0..20_000 {
+            sets.extend_from_slice(format!("set {index:0>250} 0 0 1 noreply\r\nv\r\n").as_bytes());
+        }
+        handle_all(&mut writer, &sets);
+        let Ok(Parsed::Complete { request, .. }) =
+            parse(b"lru_crawler metadump all\r\n", &Limits::default())
+        else {
+            panic!("metadump does not parse");
+        };
+        assert_eq!(reader.handle(request), Flow::Unfinished);
+        assert_ne!(reader.ticket, Ticket::NONE);
+        fs.inject(FaultKind::EioOnSync);
+        let sent = commit_and_send(&mut reader);
+        assert!(
+            sent.starts_with("SERVER_ERROR write not durable") && sent.lines().count() == 1,
+            "{}",
+            &sent[..80.min(sent.len())]
+        );
+        // Handed in again, the listing is over: no more lines, no END.
+        assert_eq!(reader.handle(request), Flow::Continue);
+        assert_eq!(commit_and_send(&mut reader), "");
     }
 
     #[test]

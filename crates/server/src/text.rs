@@ -310,31 +310,42 @@ impl Session {
     /// lines at most. Under a partition's read lock its items are only
     /// copied out; the lines are written after it is let go. An item
     /// written while the listing runs may be listed or not; one that lives
-    /// throughout is listed once. (Unlike a read, the listing does not wait
-    /// under `always` for the sync of writes it lists.)
+    /// throughout is listed once. As a read's answer, each part waits under
+    /// `always` for the sync of the writes it lists, and should that sync
+    /// fail, becomes a `SERVER_ERROR` that ends the listing.
     pub(crate) fn metadump(&mut self) -> Flow {
         let engine = std::sync::Arc::clone(&self.shared.engine);
         let done = std::mem::take(&mut self.dump_partitions_done);
+        if std::mem::take(&mut self.dump_failed) {
+            // Its lines so far became one SERVER_ERROR: that answered it.
+            return Flow::Continue;
+        }
+        let start = self.output.len();
+        let mut seen = Ticket::NONE;
         let (mut keys, mut items) = (Vec::new(), Vec::new());
         for index in done..engine.partitions() {
             // Each pass lists its first partition whatever the buffer
             // holds, so every pass moves on.
             if index > done && self.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
                 self.dump_partitions_done = index;
+                self.dump_acked = seen != Ticket::NONE;
+                self.ack_seen(start, seen);
                 return Flow::Unfinished;
             }
             keys.clear();
             items.clear();
-            engine.walk_partition(index, |key, item, size| {
+            let ticket = engine.walk_partition(index, |key, item, size| {
                 items.push((keys.len(), key.len(), item.clone(), size));
                 keys.extend_from_slice(key);
             });
+            seen = seen.max(ticket);
             for (at, len, item, size) in &items {
                 let key = keys.get(*at..at + len).unwrap_or_default();
                 write_metadump_line(&mut self.output, key, item, *size);
             }
         }
         reply::write_reply(&mut self.output, Reply::End);
+        self.ack_seen(start, seen);
         Flow::Continue
     }
 }
