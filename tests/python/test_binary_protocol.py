@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 import socket
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List
 
@@ -233,6 +234,13 @@ class Connection:
                 return before
             before.append(response)
             assert len(before) < 100_000, "no end to the responses"
+
+    def fence_after(self, count: int) -> List[Response]:
+        """Reads `count` responses, then sends a NOOP and checks nothing came
+        between them and its answer."""
+        answered = [self.read() for _ in range(count)]
+        assert self.fence() == []
+        return answered
 
     def assert_closed(self) -> None:
         """The server closes the connection without sending anything more."""
@@ -1010,6 +1018,27 @@ def test_a_pipelined_burst_of_quiet_sets_then_quiet_gets(conn, key):
         ok(GETKQ, extras=flags_extras(i), key=k, value=b"value %d" % i) for i, k in enumerate(keys)
     ], answered[:5]
     assert [r.opaque for r in answered] == [1000 + i for i in range(100)]
+
+
+def test_replies_past_several_mebibytes_come_whole_and_in_order(conn, key):
+    # 3000 values of 2 KiB asked for in one pipeline: about 6 MiB of
+    # replies, more than a server holds before it sends (Larder stops at 4
+    # MiB, sends, then reads on), each request's reply in its place.
+    keys = [key(f"{i:04}") for i in range(3000)]
+    values = [(b"%04d" % i) * 512 for i in range(3000)]
+    conn.send(b"".join(request(SETQ, k, store_extras(7), v, opaque=i) for i, (k, v) in enumerate(zip(keys, values))))
+    assert conn.fence() == []
+    asks = b"".join(request(GETKQ if i % 2 else GETK, k, opaque=10_000 + i) for i, k in enumerate(keys))
+    sender = threading.Thread(target=conn.send, args=(asks,))
+    sender.start()
+    try:
+        answered = conn.fence_after(len(keys))
+    finally:
+        sender.join()
+    assert [r.opaque for r in answered] == [10_000 + i for i in range(len(keys))]
+    assert answered == [
+        ok(GETKQ if i % 2 else GETK, extras=flags_extras(7), key=k, value=v) for i, (k, v) in enumerate(zip(keys, values))
+    ], answered[:2]
 
 
 def test_requests_and_replies_interleave_in_order_on_one_connection(conn, key):

@@ -427,29 +427,83 @@ impl Exchange {
         }
     }
 
-    /// Handles the binary request at the front of the input, or answers
-    /// why it is refused (see [`binary::parse`]). Returns what the
+    /// Handles the binary requests at the front of the input, a window of
+    /// up to [`WINDOW_REQUESTS`] whole ones at a time with their keys'
+    /// entries asked for ahead, as [`Exchange::process`] does for the text
+    /// protocol; then answers what ended the window: a request not all in
+    /// yet, or one refused (see [`binary::parse`]). Returns what the
     /// connection does next, or `None` to go on.
     fn process_binary(&mut self) -> Option<Processed> {
         let limits = self.session.shared.limits;
-        match binary::parse(&self.input, &limits) {
-            Ok(binary::Parsed::Complete {
-                request,
-                frame_bytes,
-            }) => {
-                self.info.commanded(self.session.now());
-                let flow = self.session.handle_binary(&request);
-                self.input.advance(frame_bytes);
-                (flow == Flow::Close).then_some(Processed::Close(End::Done))
+        let mut window = [None; WINDOW_REQUESTS];
+        let (mut parsed, mut at) = (0, 0);
+        let mut stop = None;
+        while let Some(slot) = window.get_mut(parsed) {
+            match binary::parse(self.input.get(at..).unwrap_or_default(), &limits) {
+                Ok(binary::Parsed::Complete {
+                    request,
+                    frame_bytes,
+                }) => {
+                    *slot = Some((request, frame_bytes));
+                    parsed += 1;
+                    at += frame_bytes;
+                }
+                Ok(binary::Parsed::Incomplete { frame_bytes }) => {
+                    stop = Some(Err(frame_bytes));
+                    break;
+                }
+                Err(refusal) => {
+                    stop = Some(Ok(refusal));
+                    break;
+                }
             }
-            Ok(binary::Parsed::Incomplete { frame_bytes }) => {
+        }
+        let requests = window.iter().take(parsed).flatten();
+        if parsed > 0 {
+            self.info.commanded(self.session.now());
+        }
+        if parsed > 1 {
+            let keys = requests
+                .clone()
+                .filter_map(|(request, _)| binary_key(request));
+            self.session
+                .shared
+                .engine
+                .prefetch(keys.take(WINDOW_KEYS_MAX));
+        }
+        let (mut consumed, mut close) = (0, false);
+        for (request, frame_bytes) in requests {
+            let flow = self.session.handle_binary(request);
+            consumed += frame_bytes;
+            if flow == Flow::Close {
+                close = true;
+                break;
+            }
+            if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+                break;
+            }
+        }
+        self.input.advance(consumed);
+        if close {
+            return Some(Processed::Close(End::Done));
+        }
+        if consumed < at {
+            // Stopped for the replies' room: the rest is parsed again once
+            // they are sent.
+            return Some(Processed::OutputFull);
+        }
+        // Every request of the window was handled: what ended it is now at
+        // the front.
+        match stop {
+            None => None,
+            Some(Err(frame_bytes)) => {
                 if let Some(frame) = frame_bytes {
                     self.input.reserve(frame.saturating_sub(self.input.len()));
                     self.value_pending = true;
                 }
                 Some(Processed::NeedInput)
             }
-            Err(refusal) => {
+            Some(Ok(refusal)) => {
                 if let Some(header) = &refusal.header {
                     if refusal.status == binary::Status::TooLarge {
                         let key = refusal.set_key.clone().and_then(|at| self.input.get(at));
@@ -515,6 +569,19 @@ const WINDOW_REQUESTS: usize = 16;
 /// early entries would be out of the cache again by the time they are
 /// looked up.
 const WINDOW_KEYS_MAX: usize = 64;
+
+/// The key of a binary request, whose entry a window asks for ahead.
+fn binary_key<'a>(request: &binary::Request<'a>) -> Option<&'a [u8]> {
+    match request.command {
+        binary::Command::Get { key, .. }
+        | binary::Command::Store { key, .. }
+        | binary::Command::Concat { key, .. }
+        | binary::Command::Delete { key, .. }
+        | binary::Command::Arithmetic { key, .. }
+        | binary::Command::Touch { key, .. } => Some(key),
+        _ => None,
+    }
+}
 
 /// What ended a window of complete requests.
 enum Stop {
