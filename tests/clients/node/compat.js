@@ -12,6 +12,10 @@
 const crypto = require('crypto');
 const util = require('util');
 const Memcached = require('memcached');
+const {
+  setup, keep, caller, sleep, CheckFailure, show, eq, ok,
+  checkList, STATS_DELTAS, awaitExpiry, runCheckList, valueFor, parseCountAndSeed, writeKeys, verifyKeys, main,
+} = require('./harness');
 
 // memcached@2.2.2 builds Buffers with `new Buffer()`; keep its deprecation
 // notice out of the output.
@@ -19,16 +23,7 @@ process.noDeprecation = true;
 
 const OP_TIMEOUT_MS = 5000;
 
-function usage() {
-  process.stderr.write(
-    'usage: node compat.js HOST:PORT checks\n' +
-    '       node compat.js HOST:PORT write N SEED\n' +
-    '       node compat.js HOST:PORT verify N SEED\n');
-  process.exit(2);
-}
-
-const [addr, mode, nArg, seedArg] = process.argv.slice(2);
-if (!addr || !/^[^:]+:\d+$/.test(addr) || !mode) usage();
+const { addr } = setup('compat.js', (c) => c.end());
 
 // Settings that make every problem visible: a pooled connection that cannot
 // be had fails after a short retry instead of waiting for minutes, the server
@@ -49,86 +44,15 @@ const BASE_OPTIONS = {
   keyCompression: false,
 };
 
-const clients = [];
 function makeClient(extra) {
   const c = new Memcached(addr, Object.assign({}, BASE_OPTIONS, extra || {}));
   c.on('failure', (d) => process.stderr.write(`note: server marked failed: ${util.inspect(d.messages)}\n`));
-  clients.push(c);
-  return c;
+  return keep(c);
 }
 
-function endAll() {
-  for (const c of clients) {
-    try { c.end(); } catch (e) { /* already closed */ }
-  }
-}
-
-function finish(code) {
-  endAll();
-  // The client keeps long timers for its failure bookkeeping; leave now.
-  process.exit(code);
-}
-
-process.on('uncaughtException', (e) => {
-  process.stderr.write(`FAIL uncaught exception: ${e && e.stack || e}\n`);
-  finish(1);
-});
-process.on('unhandledRejection', (e) => {
-  process.stderr.write(`FAIL unhandled rejection: ${e && e.stack || e}\n`);
-  finish(1);
-});
-
-// Call a client method with a node-style callback; resolves to {err, res}.
-// A reply that never comes becomes an error instead of a hang.
-function call(client, method, ...args) {
-  return new Promise((resolve) => {
-    let done = false;
-    const timer = setTimeout(() => {
-      if (done) return;
-      done = true;
-      resolve({ err: new Error(`no reply to ${method} within ${OP_TIMEOUT_MS} ms`), res: undefined, timedOut: true });
-    }, OP_TIMEOUT_MS);
-    try {
-      client[method](...args, (err, res) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve({ err, res });
-      });
-    } catch (e) {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve({ err: e, res: undefined, threw: true });
-    }
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-class CheckFailure extends Error {}
-
-function show(v) {
-  if (Buffer.isBuffer(v)) {
-    const head = v.subarray(0, 24).toString('hex');
-    return `<Buffer len=${v.length} ${head}${v.length > 24 ? '...' : ''}>`;
-  }
-  if (typeof v === 'string' && v.length > 80) {
-    return `<string len=${v.length} ${JSON.stringify(v.slice(0, 40))}...>`;
-  }
-  if (v instanceof Error) return `Error(${JSON.stringify(v.message)})`;
-  return util.inspect(v, { depth: 4, breakLength: Infinity, maxArrayLength: 10, maxStringLength: 80 });
-}
-
-function eq(what, got, want) {
-  if (!util.isDeepStrictEqual(got, want)) {
-    throw new CheckFailure(`${what}: expected ${show(want)} got ${show(got)}`);
-  }
-}
-
-function ok(what, cond, got) {
-  if (!cond) throw new CheckFailure(`${what}: got ${show(got)}`);
-}
+// The call of a client method (harness.js): `res` is the callback's one
+// result.
+const call = caller(OP_TIMEOUT_MS, (res) => res[0]);
 
 // A reply the client reports as success: no error and exactly `want`.
 function expectOk(what, r, want) {
@@ -160,11 +84,8 @@ function expectErrorMessage(what, r, message) {
 // ---------------------------------------------------------------- checks
 
 async function runChecks() {
-  const P = 't' + crypto.randomBytes(4).toString('hex') + ':';
-  const k = (s) => P + s;
+  const { k, checks, check } = checkList('t');
   const mc = makeClient();
-  const checks = [];
-  const check = (name, fn) => checks.push({ name, fn });
 
   // Filled in by the settings check; memcached's default item size limit.
   let itemSizeMax = 1048576;
@@ -500,14 +421,9 @@ async function runChecks() {
     expectOk('delete hit', await call(mc, 'del', k('st:a')), true);
     expectOk('delete miss', await call(mc, 'del', k('st:a')), false);
     const s1 = await get();
-    const deltas = {
-      cmd_set: 1, cmd_get: 2, get_hits: 1, get_misses: 1, incr_hits: 1, incr_misses: 1,
-      decr_hits: 1, decr_misses: 1, touch_hits: 1, touch_misses: 1, cmd_touch: 2,
-      delete_hits: 1, delete_misses: 1, total_items: 1,
-    };
     const got = {};
-    for (const f of Object.keys(deltas)) got[f] = s1[f] - s0[f];
-    eq('stats counter deltas', got, deltas);
+    for (const f of Object.keys(STATS_DELTAS)) got[f] = s1[f] - s0[f];
+    eq('stats counter deltas', got, STATS_DELTAS);
   });
 
   check('concurrency 500 ops', async () => {
@@ -567,9 +483,7 @@ async function runChecks() {
   });
 
   check('expiry and touch (after 3.5 s)', async () => {
-    if (!expiry) throw new CheckFailure('expiry: the first half did not run');
-    const left = expiry.t0 + 3500 - Date.now();
-    if (left > 0) await sleep(left);
+    await awaitExpiry(expiry);
     expectOk('expired key', await call(mc, 'get', k('exp')), undefined);
     expectOk('touched key expired', await call(mc, 'get', k('touched')), undefined);
     expectOk('touched to forever still there', await call(mc, 'get', k('kept')), 'long');
@@ -578,119 +492,40 @@ async function runChecks() {
     expectOk('get re-added', await call(mc, 'get', k('exp')), 'again');
   });
 
-  let failed = 0;
-  for (const c of checks) {
-    try {
-      await c.fn();
-      process.stdout.write(`ok  ${c.name}\n`);
-    } catch (e) {
-      failed++;
-      const msg = e instanceof CheckFailure ? e.message : (e && e.stack) || String(e);
-      process.stderr.write(`FAIL ${c.name}: ${msg}\n`);
-    }
-  }
-  if (failed) {
-    process.stderr.write(`FAIL ${failed} of ${checks.length} checks\n`);
-    return 1;
-  }
-  process.stdout.write(`ok ${checks.length} checks\n`);
-  return 0;
+  return runCheckList(checks);
 }
 
 // ------------------------------------------------------- write / verify
 
-// Deterministic value for key i: a Buffer of 1..4000 bytes drawn from a
-// generator seeded by SEED and i; every 7th value holds "\r\n" and "END"
-// (escaped and encoded by the client on the way, see the Buffer checks).
-function valueFor(seed, i) {
-  const h = crypto.createHash('sha256').update(`${seed}:${i}`).digest();
-  let state = h.readUInt32LE(0) || 1;
-  const next = () => {
-    // xorshift32
-    state ^= state << 13; state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
-    return state;
-  };
-  const len = 1 + (next() % 4000);
-  const buf = Buffer.alloc(len);
-  for (let j = 0; j < len; j++) buf[j] = next() & 0xff;
-  if (i % 7 === 0) {
-    const marker = Buffer.from('\r\nEND\r\n');
-    const at = Math.floor(len / 2);
-    marker.copy(buf, at, 0, Math.min(marker.length, len - at));
-  }
-  return buf;
-}
-
-function parseCountAndSeed() {
-  const n = Number(nArg);
-  if (!Number.isInteger(n) || n < 0 || seedArg === undefined) usage();
-  return [n, seedArg];
-}
+// The values are harness.js's valueFor(SEED, i): every 7th holds "\r\n" and
+// "END" (escaped and encoded by the client on the way, see the Buffer
+// checks).
 
 async function runWrite() {
   const [n, seed] = parseCountAndSeed();
   const mc = makeClient();
-  const failures = [];
-  const WINDOW = 100;
-  for (let start = 0; start < n; start += WINDOW) {
-    const batch = [];
-    for (let i = start; i < Math.min(n, start + WINDOW); i++) {
-      batch.push(call(mc, 'set', `persist:${i}`, valueFor(seed, i), 0).then((r) => [i, r]));
-    }
-    for (const [i, r] of await Promise.all(batch)) {
-      if (r.err || r.res !== true) failures.push(`persist:${i}: ${r.err ? show(r.err) : show(r.res)}`);
-    }
-  }
-  if (failures.length) {
-    process.stderr.write(`FAIL write: ${failures.length} of ${n} stores failed, first: ${failures.slice(0, 5).join('; ')}\n`);
-    return 1;
-  }
-  process.stdout.write(`ok wrote ${n} keys\n`);
-  return 0;
+  return writeKeys(n, (key, i) => call(mc, 'set', key, valueFor(seed, i), 0), (res) => res === true);
 }
 
 async function runVerify() {
   const [n, seed] = parseCountAndSeed();
   const mc = makeClient();
-  const problems = [];
-  for (let start = 0; start < n; start += 100) {
+  return verifyKeys(n, async (start, end) => {
     const keys = [];
-    for (let i = start; i < Math.min(n, start + 100); i++) keys.push(`persist:${i}`);
+    for (let i = start; i < end; i++) keys.push(`persist:${i}`);
     const r = await call(mc, 'getMulti', keys);
-    if (r.err) {
-      problems.push(`getMulti persist:${start}..: error ${show(r.err)}`);
-      continue;
-    }
-    for (let i = start; i < Math.min(n, start + 100); i++) {
+    if (r.err) return [`getMulti persist:${start}..: error ${show(r.err)}`];
+    const problems = [];
+    for (let i = start; i < end; i++) {
       const got = r.res[`persist:${i}`];
       const want = valueFor(seed, i);
       if (got === undefined) problems.push(`persist:${i}: missing`);
       else if (!Buffer.isBuffer(got) || !got.equals(want)) problems.push(`persist:${i}: expected ${show(want)} got ${show(got)}`);
     }
-  }
-  if (problems.length) {
-    process.stderr.write(`FAIL verify: ${problems.length} of ${n} keys wrong or missing\n`);
-    for (const p of problems.slice(0, 5)) process.stderr.write(`  ${p}\n`);
-    return 1;
-  }
-  process.stdout.write(`ok verified ${n} keys\n`);
-  return 0;
+    return problems;
+  });
 }
 
 // ----------------------------------------------------------------- main
 
-const modes = { checks: runChecks, write: runWrite, verify: runVerify };
-if (!modes[mode]) usage();
-
-const hardLimitMs = mode === 'checks' ? 60000 : 60000 + 50 * (Number(nArg) || 0);
-setTimeout(() => {
-  process.stderr.write(`FAIL timeout: ${mode} did not finish within ${hardLimitMs} ms\n`);
-  finish(1);
-}, hardLimitMs);
-
-modes[mode]().then(finish, (e) => {
-  process.stderr.write(`FAIL ${mode}: ${e && e.stack || e}\n`);
-  finish(1);
-});
+main({ checks: runChecks, write: runWrite, verify: runVerify });

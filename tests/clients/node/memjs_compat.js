@@ -21,21 +21,15 @@
 // key, so the server's own refusals are checked.
 
 const crypto = require('crypto');
-const util = require('util');
 const memjs = require('memjs');
+const {
+  setup, keep, caller, sleep, CheckFailure, show, eq, ok,
+  checkList, STATS_DELTAS, awaitExpiry, runCheckList, generator, valueFor, parseCountAndSeed, writeKeys, verifyKeys, main,
+} = require('./harness');
 
 const OP_TIMEOUT_MS = 10000;
 
-function usage() {
-  process.stderr.write(
-    'usage: node memjs_compat.js HOST:PORT checks\n' +
-    '       node memjs_compat.js HOST:PORT write N SEED\n' +
-    '       node memjs_compat.js HOST:PORT verify N SEED\n');
-  process.exit(2);
-}
-
-const [addr, mode, nArg, seedArg] = process.argv.slice(2);
-if (!addr || !/^[^:]+:\d+$/.test(addr) || !mode) usage();
+const { addr } = setup('memjs_compat.js', (c) => c.close());
 
 // What memjs logs (each error reply, among others); shown with a failure.
 let logged = [];
@@ -71,59 +65,13 @@ const flagSerializer = {
   },
 };
 
-const clients = [];
 function makeClient(extra) {
-  const c = memjs.Client.create(addr, Object.assign({}, BASE_OPTIONS, extra || {}));
-  clients.push(c);
-  return c;
+  return keep(memjs.Client.create(addr, Object.assign({}, BASE_OPTIONS, extra || {})));
 }
 
-function closeAll() {
-  for (const c of clients) {
-    try { c.close(); } catch (e) { /* already closed */ }
-  }
-}
-
-function finish(code) {
-  closeAll();
-  process.exit(code);
-}
-
-process.on('uncaughtException', (e) => {
-  process.stderr.write(`FAIL uncaught exception: ${e && e.stack || e}\n`);
-  finish(1);
-});
-process.on('unhandledRejection', (e) => {
-  process.stderr.write(`FAIL unhandled rejection: ${e && e.stack || e}\n`);
-  finish(1);
-});
-
-// Call a client method with a node-style callback; resolves to {err, res}
-// with `res` the callback's arguments after the error, as an array. A reply
-// that never comes becomes an error instead of a hang.
-function call(client, method, ...args) {
-  return new Promise((resolve) => {
-    let done = false;
-    const timer = setTimeout(() => {
-      if (done) return;
-      done = true;
-      resolve({ err: new Error(`no reply to ${method} within ${OP_TIMEOUT_MS + 2000} ms`), res: [], timedOut: true });
-    }, OP_TIMEOUT_MS + 2000);
-    try {
-      client[method](...args, (err, ...res) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        resolve({ err, res });
-      });
-    } catch (e) {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      resolve({ err: e, res: [], threw: true });
-    }
-  });
-}
+// The call of a client method (harness.js): `res` is the callback's
+// arguments after the error, as an array.
+const call = caller(OP_TIMEOUT_MS + 2000, (res) => res);
 
 // A promise from memjs's promise API, bounded like `call`; resolves to
 // {err, value}.
@@ -134,32 +82,6 @@ function settle(promise) {
     promise.then((value) => { clearTimeout(timer); resolve({ err: null, value }); },
       (err) => { clearTimeout(timer); resolve({ err }); });
   });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-class CheckFailure extends Error {}
-
-function show(v) {
-  if (Buffer.isBuffer(v)) {
-    const head = v.subarray(0, 24).toString('hex');
-    return `<Buffer len=${v.length} ${head}${v.length > 24 ? '...' : ''}>`;
-  }
-  if (typeof v === 'string' && v.length > 80) {
-    return `<string len=${v.length} ${JSON.stringify(v.slice(0, 40))}...>`;
-  }
-  if (v instanceof Error) return `Error(${JSON.stringify(v.message)})`;
-  return util.inspect(v, { depth: 4, breakLength: Infinity, maxArrayLength: 10, maxStringLength: 80 });
-}
-
-function eq(what, got, want) {
-  if (!util.isDeepStrictEqual(got, want)) {
-    throw new CheckFailure(`${what}: expected ${show(want)} got ${show(got)}`);
-  }
-}
-
-function ok(what, cond, got) {
-  if (!cond) throw new CheckFailure(`${what}: got ${show(got)}`);
 }
 
 // A reply the client reports as success: no error and exactly `want` as the
@@ -216,26 +138,11 @@ function expectCount(what, r, n) {
   expectOk(what, r, true, n);
 }
 
-// A deterministic generator of 32-bit numbers (xorshift32) seeded by a string.
-function generator(seedText) {
-  const h = crypto.createHash('sha256').update(seedText).digest();
-  let state = h.readUInt32LE(0) || 1;
-  return () => {
-    state ^= state << 13; state >>>= 0;
-    state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
-    return state;
-  };
-}
-
 // ---------------------------------------------------------------- checks
 
 async function runChecks() {
-  const P = 'j' + crypto.randomBytes(4).toString('hex') + ':';
-  const k = (s) => P + s;
+  const { P, k, checks, check } = checkList('j');
   const mc = makeClient();
-  const checks = [];
-  const check = (name, fn) => checks.push({ name, fn });
 
   // Filled in by the stats check; memcached's default item size limit.
   let itemSizeMax = 1048576;
@@ -386,14 +293,9 @@ async function runChecks() {
     expectOk('delete hit', await call(mc, 'delete', k('st:a')), true);
     expectOk('delete miss', await call(mc, 'delete', k('st:a')), false);
     const s1 = await statsOf(mc);
-    const deltas = {
-      cmd_set: 1, cmd_get: 2, get_hits: 1, get_misses: 1, incr_hits: 1, incr_misses: 1,
-      decr_hits: 1, decr_misses: 1, touch_hits: 1, touch_misses: 1, cmd_touch: 2,
-      delete_hits: 1, delete_misses: 1, total_items: 1,
-    };
     const got = {};
-    for (const f of Object.keys(deltas)) got[f] = counter(s1, f) - counter(s0, f);
-    eq('stats counter deltas', got, deltas);
+    for (const f of Object.keys(STATS_DELTAS)) got[f] = counter(s1, f) - counter(s0, f);
+    eq('stats counter deltas', got, STATS_DELTAS);
   });
 
   check('stats reset', async () => {
@@ -742,9 +644,7 @@ async function runChecks() {
   });
 
   check('expiry, touch and increment with an expiry (after 3.5 s)', async () => {
-    if (!expiry) throw new CheckFailure('expiry: the first half did not run');
-    const left = expiry.t0 + 3500 - Date.now();
-    if (left > 0) await sleep(left);
+    await awaitExpiry(expiry);
     await expectMiss('expired key', mc, k('exp'));
     await expectMiss('key touched to 2 s', mc, k('touched'));
     await expectValue('key touched to forever', mc, k('kept'), 'long');
@@ -758,77 +658,30 @@ async function runChecks() {
     await expectValue('get re-added', mc, k('exp'), 'again');
   });
 
-  let failed = 0;
-  for (const c of checks) {
-    logged = [];
-    try {
-      await c.fn();
-      process.stdout.write(`ok  ${c.name}\n`);
-    } catch (e) {
-      failed++;
-      const msg = e instanceof CheckFailure ? e.message : (e && e.stack) || String(e);
-      process.stderr.write(`FAIL ${c.name}: ${msg}\n`);
+  return runCheckList(checks, {
+    before: () => { logged = []; },
+    failed: () => {
       if (logged.length) process.stderr.write(`  memjs logged: ${logged.slice(-5).join(' | ')}\n`);
-    }
-  }
-  if (failed) {
-    process.stderr.write(`FAIL ${failed} of ${checks.length} checks\n`);
-    return 1;
-  }
-  process.stdout.write(`ok ${checks.length} checks\n`);
-  return 0;
+    },
+  });
 }
 
 // ------------------------------------------------------- write / verify
 
-// Deterministic value for key i, as compat.js makes it: a Buffer of 1..4000
-// bytes drawn from a generator seeded by SEED and i; every 7th value holds
-// "\r\nEND\r\n". Its flags (through the serializer) follow from SEED and i
-// too: 0 for every 5th key, else any 32-bit number.
-function valueFor(seed, i) {
-  const next = generator(`${seed}:${i}`);
-  const len = 1 + (next() % 4000);
-  const buf = Buffer.alloc(len);
-  for (let j = 0; j < len; j++) buf[j] = next() & 0xff;
-  if (i % 7 === 0) {
-    const marker = Buffer.from('\r\nEND\r\n');
-    const at = Math.floor(len / 2);
-    marker.copy(buf, at, 0, Math.min(marker.length, len - at));
-  }
-  return buf;
-}
-
+// The values are harness.js's valueFor(SEED, i), as compat.js writes them.
+// Their flags (through the serializer) follow from SEED and i too: 0 for
+// every 5th key, else any 32-bit number.
 function flagsFor(seed, i) {
   return i % 5 === 0 ? 0 : generator(`flags:${seed}:${i}`)();
-}
-
-function parseCountAndSeed() {
-  const n = Number(nArg);
-  if (!Number.isInteger(n) || n < 0 || seedArg === undefined) usage();
-  return [n, seedArg];
 }
 
 async function runWrite() {
   const [n, seed] = parseCountAndSeed();
   const mc = makeClient({ serializer: flagSerializer });
-  const failures = [];
-  const WINDOW = 100;
-  for (let start = 0; start < n; start += WINDOW) {
-    const batch = [];
-    for (let i = start; i < Math.min(n, start + WINDOW); i++) {
-      const value = { data: valueFor(seed, i), flags: flagsFor(seed, i) };
-      batch.push(call(mc, 'set', `persist:${i}`, value, {}).then((r) => [i, r]));
-    }
-    for (const [i, r] of await Promise.all(batch)) {
-      if (r.err || r.res[0] !== true) failures.push(`persist:${i}: ${r.err ? show(r.err) : show(r.res)}`);
-    }
-  }
-  if (failures.length) {
-    process.stderr.write(`FAIL write: ${failures.length} of ${n} stores failed, first: ${failures.slice(0, 5).join('; ')}\n`);
-    return 1;
-  }
-  process.stdout.write(`ok wrote ${n} keys\n`);
-  return 0;
+  return writeKeys(n, (key, i) => {
+    const value = { data: valueFor(seed, i), flags: flagsFor(seed, i) };
+    return call(mc, 'set', key, value, {});
+  }, (res) => res[0] === true);
 }
 
 // memjs has no multi-get: each batch of 100 gets goes out at once on the
@@ -836,12 +689,12 @@ async function runWrite() {
 async function runVerify() {
   const [n, seed] = parseCountAndSeed();
   const mc = makeClient();
-  const problems = [];
-  for (let start = 0; start < n; start += 100) {
+  return verifyKeys(n, async (start, end) => {
     const batch = [];
-    for (let i = start; i < Math.min(n, start + 100); i++) {
+    for (let i = start; i < end; i++) {
       batch.push(call(mc, 'get', `persist:${i}`).then((r) => [i, r]));
     }
+    const problems = [];
     for (const [i, r] of await Promise.all(batch)) {
       const want = valueFor(seed, i);
       const wantFlags = flagsFor(seed, i);
@@ -856,28 +709,10 @@ async function runVerify() {
         problems.push(`persist:${i}: flags ${show(flags)} instead of ${wantFlags}`);
       }
     }
-  }
-  if (problems.length) {
-    process.stderr.write(`FAIL verify: ${problems.length} of ${n} keys wrong or missing\n`);
-    for (const p of problems.slice(0, 5)) process.stderr.write(`  ${p}\n`);
-    return 1;
-  }
-  process.stdout.write(`ok verified ${n} keys\n`);
-  return 0;
+    return problems;
+  });
 }
 
 // ----------------------------------------------------------------- main
 
-const modes = { checks: runChecks, write: runWrite, verify: runVerify };
-if (!modes[mode]) usage();
-
-const hardLimitMs = mode === 'checks' ? 60000 : 60000 + 50 * (Number(nArg) || 0);
-setTimeout(() => {
-  process.stderr.write(`FAIL timeout: ${mode} did not finish within ${hardLimitMs} ms\n`);
-  finish(1);
-}, hardLimitMs);
-
-modes[mode]().then(finish, (e) => {
-  process.stderr.write(`FAIL ${mode}: ${e && e.stack || e}\n`);
-  finish(1);
-});
+main({ checks: runChecks, write: runWrite, verify: runVerify });
