@@ -318,7 +318,6 @@ impl Exchange {
                 Some(_) => Protocol::Text,
             };
         }
-        let limits = self.session.shared.limits;
         loop {
             if self.discard_bytes > 0 {
                 let swallowed = self.discard_bytes.min(self.input.len() as u64);
@@ -331,129 +330,57 @@ impl Exchange {
             if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
                 return Processed::OutputFull;
             }
-            if self.protocol == Protocol::Binary {
-                match self.process_binary() {
-                    Some(next) => return next,
-                    None => continue,
-                }
-            }
-            let mut window = [None; WINDOW_REQUESTS];
-            let (mut parsed, mut at) = (0, 0);
-            let mut stop = None;
-            while let Some(slot) = window.get_mut(parsed) {
-                match parse(self.input.get(at..).unwrap_or_default(), &limits) {
-                    Ok(Parsed::Complete {
-                        request,
-                        frame_bytes,
-                    }) => {
-                        *slot = Some((request, frame_bytes));
-                        parsed += 1;
-                        at += frame_bytes;
-                    }
-                    Ok(Parsed::Incomplete { frame_bytes }) => {
-                        stop = Some(Stop::Incomplete(frame_bytes));
-                        break;
-                    }
-                    Err(error) => {
-                        stop = Some(Stop::Refused(error));
-                        break;
-                    }
-                }
-            }
-            let requests = window.iter().take(parsed).flatten();
-            if parsed > 0 {
-                self.info.commanded(self.session.now());
-            }
-            if parsed > 1 {
-                let keys = requests.clone().flat_map(|(request, _)| keys(request));
-                self.session
-                    .shared
-                    .engine
-                    .prefetch(keys.take(WINDOW_KEYS_MAX));
-            }
-            let (mut consumed, mut close) = (0, false);
-            for (request, frame_bytes) in requests {
-                let flow = self.session.handle(*request);
-                if flow == Flow::Unfinished {
-                    // It stays at the front of the input, to be handed in
-                    // again once the replies are sent.
-                    assert!(self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX);
-                    break;
-                }
-                consumed += frame_bytes;
-                if flow == Flow::Close {
-                    close = true;
-                    break;
-                }
-                if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
-                    break;
-                }
-            }
-            self.input.advance(consumed);
-            if close {
-                return Processed::Close(End::Done);
-            }
-            if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
-                // Whatever of the window is left is parsed again once the
-                // replies are sent.
-                return Processed::OutputFull;
-            }
+            let stop = match self.protocol {
+                Protocol::Binary => self.handle_window::<BinaryWire>(),
+                _ => self.handle_window::<TextWire>(),
+            };
             // Every request of the window was handled: what ended it is now
             // at the front.
-            match stop {
-                None => {}
-                Some(Stop::Incomplete(frame_bytes)) => {
+            let next = match stop {
+                Err(next) => Some(next),
+                Ok(None) => None,
+                Ok(Some(Stop::Incomplete(frame_bytes))) => {
                     if let Some(frame) = frame_bytes {
                         self.input.reserve(frame.saturating_sub(self.input.len()));
                         self.value_pending = true;
                     }
-                    return Processed::NeedInput;
+                    Some(Processed::NeedInput)
                 }
-                Some(Stop::Refused(error)) => {
-                    if error.kind == ErrorKind::ObjectTooLarge {
-                        let key = error.rejected_key(&self.input);
-                        self.session.refused_too_large(key.as_deref());
-                    }
-                    if let Some(text) = error.reply() {
-                        self.session.output.extend_from_slice(text);
-                    }
-                    self.input.advance(error.consumed.min(self.input.len()));
-                    self.discard_bytes = error.discard_bytes;
-                    if error.closes_connection() {
-                        return Processed::Close(End::ProtocolClose);
-                    }
-                }
+                Ok(Some(Stop::Refused(Refused::Text(error)))) => self.refuse_text(&error),
+                Ok(Some(Stop::Refused(Refused::Binary(refusal)))) => self.refuse_binary(&refusal),
+            };
+            if let Some(next) = next {
+                return next;
             }
         }
     }
 
-    /// Handles the binary requests at the front of the input, a window of
-    /// up to [`WINDOW_REQUESTS`] whole ones at a time with their keys'
-    /// entries asked for ahead, as [`Exchange::process`] does for the text
-    /// protocol; then answers what ended the window: a request not all in
-    /// yet, or one refused (see [`binary::parse`]). Returns what the
-    /// connection does next, or `None` to go on.
-    fn process_binary(&mut self) -> Option<Processed> {
+    /// Parses a window of up to [`WINDOW_REQUESTS`] whole requests at the
+    /// front of the input, asks for their keys' entries ahead when it holds
+    /// more than one, and handles them in order, each exactly as if it had
+    /// been parsed alone. Returns what ended the window (an incomplete
+    /// request, or one refused: nothing, if the window was full), to be
+    /// dealt with now that every request before it is handled; or what the
+    /// connection does next if the handling stopped early (a close, or
+    /// replies past the soft limit).
+    fn handle_window<W: Wire>(&mut self) -> Result<Option<Stop>, Processed> {
         let limits = self.session.shared.limits;
         let mut window = [None; WINDOW_REQUESTS];
         let (mut parsed, mut at) = (0, 0);
         let mut stop = None;
         while let Some(slot) = window.get_mut(parsed) {
-            match binary::parse(self.input.get(at..).unwrap_or_default(), &limits) {
-                Ok(binary::Parsed::Complete {
-                    request,
-                    frame_bytes,
-                }) => {
+            match W::parse(self.input.get(at..).unwrap_or_default(), &limits) {
+                Ok(Ok((request, frame_bytes))) => {
                     *slot = Some((request, frame_bytes));
                     parsed += 1;
                     at += frame_bytes;
                 }
-                Ok(binary::Parsed::Incomplete { frame_bytes }) => {
-                    stop = Some(Err(frame_bytes));
+                Ok(Err(frame_bytes)) => {
+                    stop = Some(Stop::Incomplete(frame_bytes));
                     break;
                 }
-                Err(refusal) => {
-                    stop = Some(Ok(refusal));
+                Err(refused) => {
+                    stop = Some(Stop::Refused(refused));
                     break;
                 }
             }
@@ -463,9 +390,7 @@ impl Exchange {
             self.info.commanded(self.session.now());
         }
         if parsed > 1 {
-            let keys = requests
-                .clone()
-                .filter_map(|(request, _)| binary_key(request));
+            let keys = requests.clone().flat_map(|(request, _)| W::keys(request));
             self.session
                 .shared
                 .engine
@@ -473,7 +398,13 @@ impl Exchange {
         }
         let (mut consumed, mut close) = (0, false);
         for (request, frame_bytes) in requests {
-            let flow = self.session.handle_binary(request);
+            let flow = W::handle(&mut self.session, request);
+            if flow == Flow::Unfinished {
+                // It stays at the front of the input, to be handed in
+                // again once the replies are sent.
+                assert!(self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX);
+                break;
+            }
             consumed += frame_bytes;
             if flow == Flow::Close {
                 close = true;
@@ -485,40 +416,48 @@ impl Exchange {
         }
         self.input.advance(consumed);
         if close {
-            return Some(Processed::Close(End::Done));
+            return Err(Processed::Close(End::Done));
         }
-        if consumed < at {
-            // Stopped for the replies' room: the rest is parsed again once
-            // they are sent.
-            return Some(Processed::OutputFull);
+        if self.session.output.len() >= WRITE_BUFFER_BYTES_SOFT_MAX {
+            // Whatever of the window is left is parsed again once the
+            // replies are sent.
+            return Err(Processed::OutputFull);
         }
-        // Every request of the window was handled: what ended it is now at
-        // the front.
-        match stop {
-            None => None,
-            Some(Err(frame_bytes)) => {
-                if let Some(frame) = frame_bytes {
-                    self.input.reserve(frame.saturating_sub(self.input.len()));
-                    self.value_pending = true;
-                }
-                Some(Processed::NeedInput)
+        Ok(stop)
+    }
+
+    /// Answers a text request the parser refused, as memcached does.
+    fn refuse_text(&mut self, error: &ParseError) -> Option<Processed> {
+        if error.kind == ErrorKind::ObjectTooLarge {
+            let key = error.rejected_key(&self.input);
+            self.session.refused_too_large(key.as_deref());
+        }
+        if let Some(text) = error.reply() {
+            self.session.output.extend_from_slice(text);
+        }
+        self.input.advance(error.consumed.min(self.input.len()));
+        self.discard_bytes = error.discard_bytes;
+        error
+            .closes_connection()
+            .then_some(Processed::Close(End::ProtocolClose))
+    }
+
+    /// Answers a binary request the parser refused, as memcached does (see
+    /// [`binary::parse`]).
+    fn refuse_binary(&mut self, refusal: &binary::Refusal) -> Option<Processed> {
+        if let Some(header) = &refusal.header {
+            if refusal.status == binary::Status::TooLarge {
+                let key = refusal.set_key.clone().and_then(|at| self.input.get(at));
+                let key = key.map(<[u8]>::to_vec);
+                self.session.refused_too_large(key.as_deref());
             }
-            Some(Ok(refusal)) => {
-                if let Some(header) = &refusal.header {
-                    if refusal.status == binary::Status::TooLarge {
-                        let key = refusal.set_key.clone().and_then(|at| self.input.get(at));
-                        let key = key.map(<[u8]>::to_vec);
-                        self.session.refused_too_large(key.as_deref());
-                    }
-                    binary::write_error(&mut self.session.output, header, refusal.status);
-                }
-                self.input.advance(refusal.consumed.min(self.input.len()));
-                self.discard_bytes = refusal.discard_bytes;
-                refusal
-                    .close
-                    .then_some(Processed::Close(End::ProtocolClose))
-            }
+            binary::write_error(&mut self.session.output, header, refusal.status);
         }
+        self.input.advance(refusal.consumed.min(self.input.len()));
+        self.discard_bytes = refusal.discard_bytes;
+        refusal
+            .close
+            .then_some(Processed::Close(End::ProtocolClose))
     }
 
     /// Commits the batch's writes; if the commit fails, the batch's
@@ -570,25 +509,107 @@ const WINDOW_REQUESTS: usize = 16;
 /// looked up.
 const WINDOW_KEYS_MAX: usize = 64;
 
-/// The key of a binary request, whose entry a window asks for ahead.
-fn binary_key<'a>(request: &binary::Request<'a>) -> Option<&'a [u8]> {
-    match request.command {
-        binary::Command::Get { key, .. }
-        | binary::Command::Store { key, .. }
-        | binary::Command::Concat { key, .. }
-        | binary::Command::Delete { key, .. }
-        | binary::Command::Arithmetic { key, .. }
-        | binary::Command::Touch { key, .. } => Some(key),
-        _ => None,
-    }
-}
-
 /// What ended a window of complete requests.
 enum Stop {
     /// An incomplete request, and how long its frame is once known.
     Incomplete(Option<usize>),
     /// A request refused by the parser.
-    Refused(ParseError),
+    Refused(Refused),
+}
+
+/// A request the parser refused, in either protocol.
+enum Refused {
+    Text(ParseError),
+    Binary(binary::Refusal),
+}
+
+/// A whole request and its bytes; or, when it is not all in yet, how long
+/// it is once that is known.
+type Framed<R> = Result<(R, usize), Option<usize>>;
+
+/// A protocol, as a window of its requests is parsed, looked ahead at and
+/// handled ([`Exchange::handle_window`]).
+trait Wire {
+    type Request<'a>: Copy;
+
+    /// The whole request at the front of `input`, or why it is refused.
+    fn parse<'a>(
+        input: &'a [u8],
+        limits: &larder_protocol::Limits,
+    ) -> Result<Framed<Self::Request<'a>>, Refused>;
+
+    /// The keys the request will look up, as far as they can be told
+    /// before it is handled.
+    fn keys<'a>(request: &Self::Request<'a>) -> impl Iterator<Item = &'a [u8]> + Clone;
+
+    fn handle(session: &mut Session, request: &Self::Request<'_>) -> Flow;
+}
+
+/// memcached's text and meta protocols.
+struct TextWire;
+
+impl Wire for TextWire {
+    type Request<'a> = Request<'a>;
+
+    fn parse<'a>(
+        input: &'a [u8],
+        limits: &larder_protocol::Limits,
+    ) -> Result<Framed<Request<'a>>, Refused> {
+        match parse(input, limits) {
+            Ok(Parsed::Complete {
+                request,
+                frame_bytes,
+            }) => Ok(Ok((request, frame_bytes))),
+            Ok(Parsed::Incomplete { frame_bytes }) => Ok(Err(frame_bytes)),
+            Err(error) => Err(Refused::Text(error)),
+        }
+    }
+
+    fn keys<'a>(request: &Self::Request<'a>) -> impl Iterator<Item = &'a [u8]> + Clone {
+        keys(request)
+    }
+
+    fn handle(session: &mut Session, request: &Request<'_>) -> Flow {
+        session.handle(*request)
+    }
+}
+
+/// memcached's binary protocol.
+struct BinaryWire;
+
+impl Wire for BinaryWire {
+    type Request<'a> = binary::Request<'a>;
+
+    fn parse<'a>(
+        input: &'a [u8],
+        limits: &larder_protocol::Limits,
+    ) -> Result<Framed<binary::Request<'a>>, Refused> {
+        match binary::parse(input, limits) {
+            Ok(binary::Parsed::Complete {
+                request,
+                frame_bytes,
+            }) => Ok(Ok((request, frame_bytes))),
+            Ok(binary::Parsed::Incomplete { frame_bytes }) => Ok(Err(frame_bytes)),
+            Err(refusal) => Err(Refused::Binary(refusal)),
+        }
+    }
+
+    fn keys<'a>(request: &Self::Request<'a>) -> impl Iterator<Item = &'a [u8]> + Clone {
+        let key = match request.command {
+            binary::Command::Get { key, .. }
+            | binary::Command::Store { key, .. }
+            | binary::Command::Concat { key, .. }
+            | binary::Command::Delete { key, .. }
+            | binary::Command::Arithmetic { key, .. }
+            | binary::Command::Touch { key, .. } => Some(key),
+            _ => None,
+        };
+        key.into_iter()
+    }
+
+    fn handle(session: &mut Session, request: &binary::Request<'_>) -> Flow {
+        session.handle_binary(request)
+    }
 }
 
 /// The keys a request will look up, as far as they can be told before it is
