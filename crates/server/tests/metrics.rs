@@ -139,3 +139,26 @@ fn past_sixteen_open_metrics_connections_another_is_closed_unanswered() {
     }
     assert!(metrics(address).contains_key("larder_curr_connections"));
 }
+
+#[test]
+fn an_idle_metrics_connection_is_closed_so_it_cannot_hold_a_place_for_good() {
+    let (_dir, _server, address) = start_with_metrics();
+    // Sixteen clients connect and never send a request: every place is
+    // taken, until the server gives up on them (after 10 s).
+    let mut idle: Vec<TcpStream> = (0..16)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect();
+    // A guard against a hang, well past the server's 10 s.
+    let guard = std::time::Duration::from_secs(40);
+    for stream in &mut idle {
+        stream.set_read_timeout(Some(guard)).unwrap();
+        let mut rest = Vec::new();
+        let read = stream.read_to_end(&mut rest);
+        assert!(
+            matches!(read, Ok(0)),
+            "an idle connection was not closed by the server: {read:?}, {rest:?}"
+        );
+    }
+    // Their places are free again: a scrape is answered.
+    assert!(metrics(address).contains_key("larder_curr_connections"));
+}
