@@ -838,3 +838,83 @@ impl Inner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Expiry;
+    use crate::fs::MemFs;
+
+    #[test]
+    fn a_retried_read_runs_until_it_finds_its_value_and_gives_up_after_the_bound() {
+        let mut calls = 0;
+        let found = retrying(|| {
+            calls += 1;
+            Ok((calls == 3).then_some("value"))
+        });
+        assert_eq!((found.ok(), calls), (Some("value"), 3));
+
+        let mut calls = 0;
+        let error = retrying::<()>(|| {
+            calls += 1;
+            Ok(None)
+        })
+        .expect_err("a value that keeps moving is an error");
+        assert_eq!(calls, READ_RETRIES_MAX);
+        assert!(
+            error.to_string().contains("compaction kept moving"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_location_whose_segment_compaction_removed_reads_as_moved_and_a_new_lookup_finds_the_value()
+    {
+        let fs = MemFs::new();
+        let mut config = Config::new("/data");
+        config.durability = Durability::None;
+        config.background_threads = false;
+        config.segment_bytes_max = 4096;
+        config.cache_bytes_max = 0;
+        let engine = Engine::open_with(config, Arc::new(fs), Clock::system()).unwrap();
+        let cas = engine.set(b"k", b"the value", 7, Expiry::Never).unwrap();
+        // Where the value is now: what a read or a get-and-touch holds once
+        // it lets the keydir lock go.
+        let inner = &*engine.inner;
+        let hash = inner.keydir.hash(b"k");
+        let at = {
+            let table = inner.keydir.partition(hash).read();
+            let entry = crate::keydir::find(&table, hash, b"k").unwrap();
+            OnDisk::of(entry, hash)
+        };
+        assert_eq!(
+            inner.read_uncached(b"k", cas, &at).unwrap().as_deref(),
+            Some(&b"the value"[..])
+        );
+        // Overwrites fill and seal the segment, and compaction copies `k`
+        // elsewhere and removes it.
+        for round in 0..200u32 {
+            engine
+                .set(b"filler", &round.to_be_bytes().repeat(25), 0, Expiry::Never)
+                .unwrap();
+        }
+        engine.compact_now(0.0).unwrap();
+        assert!(inner.segments.get(at.segment_id).is_none(), "not removed");
+
+        // The old location reads as moved: the caller looks the key up again.
+        assert_eq!(inner.read_uncached(b"k", cas, &at).unwrap(), None);
+        // A get, and a get-and-touch, find it where it went.
+        let (item, _) = engine.get_with(b"k", ReadOptions::default()).unwrap();
+        let item = item.expect("k is still there");
+        assert_eq!(
+            (&item.value[..], item.flags, item.cas),
+            (&b"the value"[..], 7, cas)
+        );
+        let touch = ReadOptions {
+            touch: Some(Expiry::Never),
+            ..ReadOptions::default()
+        };
+        let (item, _) = engine.get_with(b"k", touch).unwrap();
+        assert_eq!(item.expect("k is still there").value, &b"the value"[..]);
+    }
+}
