@@ -1,4 +1,5 @@
-//! The fuzz seed corpus (`fuzz/corpus/protocol_parse`) holds real requests:
+//! The fuzz seed corpora (`fuzz/corpus/protocol_parse`, and
+//! `fuzz/corpus/binary_parse` for the binary protocol) hold real requests:
 //! each seed must parse into at least one complete request, so the fuzzer
 //! starts from inputs that reach deep into every command's parser. Seeds
 //! named `error_*` are deliberately malformed and must be refused.
@@ -43,6 +44,42 @@ fn every_seed_holds_a_complete_request() {
             assert!(
                 complete_requests(&input) >= 1,
                 "{} parses to nothing",
+                seed.display()
+            );
+        }
+    }
+}
+
+/// The binary parser's seeds (`fuzz/corpus/binary_parse`), by the same
+/// rule: each holds a complete request, or is named `error_*` and refused.
+#[test]
+fn every_binary_seed_holds_a_complete_request() {
+    use larder_protocol::binary;
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/binary_parse");
+    let seeds: Vec<_> = std::fs::read_dir(&corpus)
+        .unwrap_or_else(|error| panic!("cannot list {}: {error}", corpus.display()))
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .collect();
+    assert!(seeds.len() >= 12, "the corpus should hold a dozen seeds");
+    // With the fuzz target's item limit, under which the large seed is
+    // refused.
+    let limits = Limits::DEFAULT
+        .with_item_bytes_max(1024)
+        .unwrap_or_default();
+    for seed in seeds {
+        let input = std::fs::read(&seed)
+            .unwrap_or_else(|error| panic!("cannot read {}: {error}", seed.display()));
+        let parsed = binary::parse(&input, &limits);
+        let is_error_seed = seed
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("error_"));
+        if is_error_seed {
+            assert!(parsed.is_err(), "{} is accepted", seed.display());
+        } else {
+            assert!(
+                matches!(parsed, Ok(binary::Parsed::Complete { .. })),
+                "{} is not a complete request: {parsed:?}",
                 seed.display()
             );
         }
