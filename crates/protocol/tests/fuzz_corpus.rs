@@ -19,21 +19,32 @@ fn complete_requests(mut input: &[u8]) -> usize {
     count
 }
 
-#[test]
-fn every_seed_holds_a_complete_request() {
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/protocol_parse");
+/// The seeds of the fuzz target `target`: each one's path, its bytes, and
+/// whether it is named as one to be refused (`error_*`). At least a dozen.
+fn seeds(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>, bool)> {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let seeds: Vec<_> = std::fs::read_dir(&corpus)
         .unwrap_or_else(|error| panic!("cannot list {}: {error}", corpus.display()))
         .filter_map(Result::ok)
-        .map(|entry| entry.path())
+        .map(|entry| {
+            let seed = entry.path();
+            let input = std::fs::read(&seed)
+                .unwrap_or_else(|error| panic!("cannot read {}: {error}", seed.display()));
+            let is_error_seed = seed
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("error_"));
+            (seed, input, is_error_seed)
+        })
         .collect();
     assert!(seeds.len() >= 12, "the corpus should hold a dozen seeds");
-    for seed in seeds {
-        let input = std::fs::read(&seed)
-            .unwrap_or_else(|error| panic!("cannot read {}: {error}", seed.display()));
-        let is_error_seed = seed
-            .file_name()
-            .is_some_and(|name| name.to_string_lossy().starts_with("error_"));
+    seeds
+}
+
+#[test]
+fn every_seed_holds_a_complete_request() {
+    for (seed, input, is_error_seed) in seeds("protocol_parse") {
         if is_error_seed {
             assert!(
                 parse(&input, &Limits::DEFAULT).is_err(),
@@ -55,25 +66,13 @@ fn every_seed_holds_a_complete_request() {
 #[test]
 fn every_binary_seed_holds_a_complete_request() {
     use larder_protocol::binary;
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/binary_parse");
-    let seeds: Vec<_> = std::fs::read_dir(&corpus)
-        .unwrap_or_else(|error| panic!("cannot list {}: {error}", corpus.display()))
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .collect();
-    assert!(seeds.len() >= 12, "the corpus should hold a dozen seeds");
     // With the fuzz target's item limit, under which the large seed is
     // refused.
     let limits = Limits::DEFAULT
         .with_item_bytes_max(1024)
         .unwrap_or_default();
-    for seed in seeds {
-        let input = std::fs::read(&seed)
-            .unwrap_or_else(|error| panic!("cannot read {}: {error}", seed.display()));
+    for (seed, input, is_error_seed) in seeds("binary_parse") {
         let parsed = binary::parse(&input, &limits);
-        let is_error_seed = seed
-            .file_name()
-            .is_some_and(|name| name.to_string_lossy().starts_with("error_"));
         if is_error_seed {
             assert!(parsed.is_err(), "{} is accepted", seed.display());
         } else {
