@@ -79,8 +79,12 @@ def test_commands_and_settings_over_the_socket(servers, tmp_path, name):
         listeners = [f for f in fields.values() if f.get("state") == "conn_listening"]
         assert len(listeners) == 1 and listeners[0]["addr"] == f"unix:{path}", conns
         clients = [f for f in fields.values() if "listen_addr" in f]
-        assert len(clients) == 1, conns
-        assert clients[0]["listen_addr"] == clients[0]["addr"] == f"unix:{path}", conns
+        # The asking connection, and perhaps the start-up probe's if its
+        # close is not yet seen (it connects and closes at once, and a busy
+        # machine may accept it late): every one is named by the socket.
+        asking = [f for f in clients if f.get("state") == "conn_parse_cmd"]
+        assert len(asking) == 1, conns
+        assert all(f["listen_addr"] == f["addr"] == f"unix:{path}" for f in clients), conns
     c.close()
 
 
