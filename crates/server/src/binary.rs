@@ -46,7 +46,7 @@ impl Session {
                     StoreKind::Add => StoreMode::Add,
                     StoreKind::Replace => StoreMode::Replace,
                 };
-                let expiry = self.binary_expiry(exptime);
+                let expiry = self.expiry(exptime);
                 self.binary_store(header, mode, key, value, flags, expiry, quiet);
                 Flow::Continue
             }
@@ -121,13 +121,6 @@ impl Session {
         flow
     }
 
-    /// A binary expiration: seconds from now up to 30 days, a unix time
-    /// past that, as in the text protocol; it is unsigned, so never in the
-    /// past by sign.
-    fn binary_expiry(&self, exptime: u32) -> Expiry {
-        Expiry::from_memcached(i64::from(exptime), self.now())
-    }
-
     /// Answers an engine error: "Too large." for a value the engine cannot
     /// hold, "Temporary failure" for one a retry may get past, "Internal
     /// error" otherwise, each with the engine's message.
@@ -166,7 +159,7 @@ impl Session {
         quiet: bool,
     ) {
         let options = ReadOptions {
-            touch: touch.map(|exptime| self.binary_expiry(exptime)),
+            touch: touch.map(|exptime| self.expiry(exptime)),
             ..ReadOptions::default()
         };
         let key_echoed: &[u8] = if with_key { key } else { &[] };
@@ -314,7 +307,7 @@ impl Session {
             incr,
             delta,
             cas: (header.cas != 0).then_some(header.cas),
-            initial: (exptime != u32::MAX).then(|| (initial, self.binary_expiry(exptime))),
+            initial: (exptime != u32::MAX).then(|| (initial, self.expiry(exptime))),
             expiry: None,
             read_counter: larder_protocol::parse_counter,
         };
@@ -346,7 +339,7 @@ impl Session {
     /// touch: a hit answers the flags and the CAS unique, not the value.
     fn binary_touch(&mut self, header: &Header, key: &[u8], exptime: u32) {
         self.counts.cmd_touch.add(1);
-        let expiry = self.binary_expiry(exptime);
+        let expiry = self.expiry(exptime);
         let (found, seen) = match self.engine().touch_item(key, expiry) {
             Ok(found) => found,
             Err(error) => return self.binary_engine_error(header, &error),

@@ -137,9 +137,10 @@ impl Session {
         self.shared.engine.clock().now()
     }
 
-    /// Converts a client's exptime with memcached's rules.
-    pub(crate) fn expiry(&self, exptime: i32) -> Expiry {
-        Expiry::from_memcached(i64::from(exptime), self.now())
+    /// Converts a client's exptime with memcached's rules (the binary protocol's is
+    /// unsigned, so never negative).
+    pub(crate) fn expiry(&self, exptime: impl Into<i64>) -> Expiry {
+        Expiry::from_memcached(exptime.into(), self.now())
     }
 
     /// Notes a write to commit before this batch's replies are sent.
