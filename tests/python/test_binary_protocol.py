@@ -30,6 +30,7 @@ run with their default item size limit, 1 MiB (memcached's `-I 1m`).
 
 from __future__ import annotations
 
+import base64
 import re
 import socket
 import struct
@@ -365,6 +366,15 @@ def test_a_key_may_hold_any_byte(conn, key):
     got = conn.ask(GETK, k)
     assert got == ok(GETK, extras=flags_extras(0), key=k, value=b"odd"), got
     assert conn.ask(GET, key("a")) == error(GET, KEY_ENOENT)
+    # A meta get names it in base64 (`b`) over the text protocol.
+    with socket.create_connection(conn.sock.getpeername(), timeout=GUARD_TIMEOUT_S) as text:
+        text.sendall(b"mg " + base64.b64encode(k) + b" b v\r\n")
+        reply = b""
+        while not reply.endswith(b"\r\n") or reply.count(b"\r\n") < 2:
+            chunk = text.recv(4096)
+            assert chunk, reply
+            reply += chunk
+        assert reply == b"VA 3\r\nodd\r\n", reply
 
 
 # ---- set, add, replace and their quiet forms ---------------------------------
@@ -747,6 +757,21 @@ def test_stat_settings(server, conn):
     assert settings[b"tcpport"] == str(server.port).encode(), settings[b"tcpport"]
     assert settings[b"item_size_max"] == b"1048576", settings[b"item_size_max"]
     assert conn.ask(NOOP) == ok(NOOP, cas=0)
+
+
+def test_stat_takes_larders_own_groups(module_larder):
+    # Larder's `segments` and `conns` groups, as `stats segments` and
+    # `stats conns` in the text protocol (memcached has neither here).
+    conn = Connection(module_larder.address)
+    try:
+        segments = read_stats(conn, b"segments")
+        # At least the active segment, as `segment:<id>` = `len=.. live=.. dead=.. sealed=..`.
+        assert segments and all(name.startswith(b"segment:") for name in segments), segments
+        assert all(re.fullmatch(rb"len=\d+ live=\d+ dead=\d+ sealed=[01]", v) for v in segments.values()), segments
+        conns = read_stats(conn, b"conns")
+        assert any(value == b"conn_parse_cmd" for value in conns.values()), conns
+    finally:
+        conn.close()
 
 
 def test_stat_of_an_unknown_group_is_not_found(conn):
