@@ -137,11 +137,6 @@ impl Header {
         self.body_len
             .saturating_sub(u32::from(self.extras_len) + u32::from(self.key_len))
     }
-
-    /// The whole request's bytes, header included.
-    pub fn frame_bytes(&self) -> u64 {
-        HEADER_BYTES as u64 + u64::from(self.body_len)
-    }
 }
 
 /// set, add or replace.
@@ -524,43 +519,21 @@ pub fn write_response(
     key: &[u8],
     value: &[u8],
 ) {
-    write_response_header(
-        out,
-        request,
-        status,
-        cas,
-        extras.len(),
-        key.len(),
-        value.len(),
-    );
-    out.put_slice(extras);
-    out.put_slice(key);
-    out.put_slice(value);
-}
-
-/// Appends a response's header, for a body the caller appends after it:
-/// `extras_len`, then `key_len`, then `value_len` bytes.
-pub fn write_response_header(
-    out: &mut impl BufMut,
-    request: &Header,
-    status: Status,
-    cas: u64,
-    extras_len: usize,
-    key_len: usize,
-    value_len: usize,
-) {
     // A key is at most 250 bytes, extras at most 20, and a value at most
     // the item limit, 1 GiB: every length fits its field.
-    let body_len = extras_len + key_len + value_len;
+    let body_len = extras.len() + key.len() + value.len();
     out.put_u8(RESPONSE_MAGIC);
     out.put_u8(request.opcode);
-    out.put_u16(u16::try_from(key_len).unwrap_or(u16::MAX));
-    out.put_u8(u8::try_from(extras_len).unwrap_or(u8::MAX));
+    out.put_u16(u16::try_from(key.len()).unwrap_or(u16::MAX));
+    out.put_u8(u8::try_from(extras.len()).unwrap_or(u8::MAX));
     out.put_u8(0); // data type: raw bytes
     out.put_u16(status as u16);
     out.put_u32(u32::try_from(body_len).unwrap_or(u32::MAX));
     out.put_u32(request.opaque);
     out.put_u64(cas);
+    out.put_slice(extras);
+    out.put_slice(key);
+    out.put_slice(value);
 }
 
 /// Bytes a response adds to its body: the header and the 4-byte flags.
