@@ -399,18 +399,7 @@ impl Session {
         if !self.write_stats_group(group, &mut lines) {
             return write_error(&mut self.output, header, Status::KeyNotFound);
         }
-        for line in lines[..].split(|&byte| byte == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(stat) = line.strip_prefix(b"STAT ") else {
-                // `END`, `RESET`, or the end of the text.
-                continue;
-            };
-            let at = stat
-                .iter()
-                .position(|&byte| byte == b' ')
-                .unwrap_or(stat.len());
-            let (name, value) = stat.split_at(at);
-            let value = value.get(1..).unwrap_or_default();
+        for (name, value) in crate::stats::stat_lines(&lines) {
             write_response(
                 &mut self.output,
                 header,

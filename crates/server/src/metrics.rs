@@ -128,13 +128,7 @@ fn exposition(shared: &Shared) -> Vec<u8> {
         .write_general(&shared.config, &shared.engine, &mut stats);
     let mut body = Vec::with_capacity(stats.len() * 2);
     let mut named = HashSet::new();
-    for line in stats[..].split(|&byte| byte == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let mut words = line.splitn(3, |&byte| byte == b' ');
-        let (Some(b"STAT"), Some(name), Some(value)) = (words.next(), words.next(), words.next())
-        else {
-            continue;
-        };
+    for (name, value) in crate::stats::stat_lines(&stats) {
         let Some(value) = std::str::from_utf8(value)
             .ok()
             .filter(|value| value.parse::<f64>().is_ok_and(f64::is_finite))

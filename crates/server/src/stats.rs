@@ -517,6 +517,18 @@ fn rusage() -> (String, String) {
     (format(usage.ru_utime), format(usage.ru_stime))
 }
 
+/// The `(name, value)` of each `STAT <name> <value>` line of a `stats`
+/// reply written by this module, for the forms other than the text reply
+/// (the binary protocol's packets, the metrics endpoint's lines).
+pub(crate) fn stat_lines(text: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    text.split(|&byte| byte == b'\n').filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let stat = line.strip_prefix(b"STAT ")?;
+        let at = stat.iter().position(|&byte| byte == b' ')?;
+        Some((stat.get(..at)?, stat.get(at + 1..)?))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
