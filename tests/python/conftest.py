@@ -27,8 +27,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 LARDER_BIN = os.environ.get("LARDER_BIN", str(REPO_ROOT / "target" / "release" / "larder"))
 MEMCACHED_BIN = os.environ.get("MEMCACHED_BIN", "/usr/bin/memcached")
 # How every Larder server the tests start serves its connections (`--io`):
-# unset for the default; scripts/test.sh runs the client suites again with
-# `uring`.
+# unset for the default (`auto`: rings where the kernel allows them);
+# scripts/test.sh runs the client suites again with `epoll` where it does.
 LARDER_IO = os.environ.get("LARDER_TEST_IO")
 
 HOST = "127.0.0.1"

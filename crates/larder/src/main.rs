@@ -187,11 +187,12 @@ struct ServeArgs {
     /// least once a second; none: leave syncing to the OS [default: everysec].
     #[arg(long)]
     durability: Option<String>,
-    /// How connections are served: epoll (tokio's tasks, a system call per
-    /// receive and per send) or uring (io_uring rings, one per worker
+    /// How connections are served: uring (io_uring rings, one per worker
     /// thread, each submitting many connections' receives and sends in one
-    /// system call; Linux 5.7 or later) [default: epoll].
-    #[arg(long, value_name = "epoll|uring")]
+    /// system call; Linux 5.7 or later), epoll (tokio's tasks, a system
+    /// call per receive and per send), or auto: uring where the kernel
+    /// allows it, else epoll [default: auto].
+    #[arg(long, value_name = "auto|epoll|uring")]
     io: Option<String>,
     /// How long a half-received request may wait for its next bytes before
     /// the connection is closed, in milliseconds [default: 30000].
@@ -276,11 +277,20 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     init_logging(config.verbose);
+    let mut config = config;
+    let io = match larder_server::settle_io(&mut config) {
+        Ok(None) => config.io.name().to_owned(),
+        Ok(Some(refused)) => format!("epoll: io_uring refused here ({refused})"),
+        Err(error) => {
+            eprintln!("larder: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let data_dir = config.data_dir.clone();
     let durability = config.durability;
     let ready = |addr| {
         eprintln!(
-            "larder {} listening on {addr} (data in {}, durability {})",
+            "larder {} listening on {addr} (data in {}, durability {}, io {io})",
             env!("CARGO_PKG_VERSION"),
             data_dir.display(),
             durability.name()

@@ -74,7 +74,7 @@ impl Default for ServerConfig {
             max_item_size: larder_protocol::limits::ITEM_BYTES_MAX_DEFAULT,
             data_dir: PathBuf::from("larder-data"),
             durability: Durability::EverySec,
-            io: Io::Epoll,
+            io: Io::Auto,
             verbose: 0,
             segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
@@ -112,7 +112,7 @@ pub struct ConfigFile {
     pub data_dir: Option<PathBuf>,
     /// `always`, `everysec` or `none`.
     pub durability: Option<String>,
-    /// `epoll` or `uring`.
+    /// `auto`, `epoll` or `uring`.
     pub io: Option<String>,
     /// See [`ServerConfig::verbose`].
     pub verbose: Option<u8>,
@@ -130,6 +130,9 @@ pub struct ConfigFile {
 /// replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Io {
+    /// Rings where this kernel lets the server set them up, epoll where it
+    /// does not (see [`crate::settle_io`]): the default.
+    Auto,
     /// tokio's tasks, woken through epoll: a system call for each receive
     /// and each send.
     Epoll,
@@ -141,9 +144,9 @@ pub enum Io {
 }
 
 impl Io {
-    /// Parses `epoll` or `uring`.
+    /// Parses `auto`, `epoll` or `uring`.
     pub fn from_name(name: &str) -> Option<Io> {
-        [Io::Epoll, Io::Uring]
+        [Io::Auto, Io::Epoll, Io::Uring]
             .into_iter()
             .find(|io| io.name() == name)
     }
@@ -151,6 +154,7 @@ impl Io {
     /// The name the flag and the config file take.
     pub fn name(self) -> &'static str {
         match self {
+            Io::Auto => "auto",
             Io::Epoll => "epoll",
             Io::Uring => "uring",
         }
@@ -235,8 +239,9 @@ impl ConfigFile {
             config.durability = parse_durability(&name)?;
         }
         if let Some(name) = self.io {
-            config.io = Io::from_name(&name)
-                .ok_or_else(|| ConfigError(format!("io must be epoll or uring, not {name:?}")))?;
+            config.io = Io::from_name(&name).ok_or_else(|| {
+                ConfigError(format!("io must be auto, epoll or uring, not {name:?}"))
+            })?;
         }
         if let Some(verbose) = self.verbose {
             config.verbose = verbose;
@@ -421,7 +426,7 @@ mod tests {
         )
         .unwrap();
         let mut config = ServerConfig::default();
-        assert_eq!(config.io, Io::Epoll);
+        assert_eq!(config.io, Io::Auto);
         file.apply(&mut config).unwrap();
         assert_eq!(config.port, 12000);
         assert_eq!(config.durability, Durability::Always);
@@ -430,7 +435,13 @@ mod tests {
         assert!(toml::from_str::<ConfigFile>("prot = 1").is_err());
         let bad: ConfigFile = toml::from_str("io = \"poll\"").unwrap();
         let error = bad.apply(&mut config).unwrap_err().to_string();
-        assert_eq!(error, "io must be epoll or uring, not \"poll\"");
+        assert_eq!(error, "io must be auto, epoll or uring, not \"poll\"");
+        let epoll: ConfigFile = toml::from_str("io = \"epoll\"").unwrap();
+        epoll.apply(&mut config).unwrap();
+        assert_eq!(config.io, Io::Epoll);
+        let auto: ConfigFile = toml::from_str("io = \"auto\"").unwrap();
+        auto.apply(&mut config).unwrap();
+        assert_eq!(config.io, Io::Auto);
         assert_eq!(config.metrics_listen, None);
         let metrics: ConfigFile = toml::from_str("metrics_listen = \"[::1]:9150\"").unwrap();
         metrics.apply(&mut config).unwrap();

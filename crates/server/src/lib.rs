@@ -29,12 +29,13 @@
 //! commit gather more committers ([`serve_until`]). The sync thread runs
 //! as a batch thread: its wake-ups do not preempt a busy worker.
 //!
-//! With `--io uring` ([`Io::Uring`]) the runtime keeps one worker, which
-//! accepts connections and hands each to one of `threads` ring threads; a
-//! ring thread serves its connections through an io_uring ring, many
-//! receives and sends to one system call, with the same parsing and
-//! handling, and reports to the idle signal before it waits (see the
-//! `ring` module).
+//! With `--io uring` ([`Io::Uring`]), which the default `--io auto` settles
+//! on wherever the kernel lets the server set up its rings ([`settle_io`]),
+//! the runtime keeps one worker, which accepts connections and hands each
+//! to one of `threads` ring threads; a ring thread serves its connections
+//! through an io_uring ring, many receives and sends to one system call,
+//! with the same parsing and handling, and reports to the idle signal
+//! before it waits (see the `ring` module).
 //!
 //! Replies follow memcached 1.6 byte for byte; see the `larder-protocol`
 //! crate for the parsing rules and error replies.
@@ -90,10 +91,11 @@ pub enum ServerError {
     /// The runtime could not start.
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
-    /// `--io uring` was asked for and the kernel refused a ring.
+    /// `--io uring` was asked for and the kernel refused a ring (`auto`
+    /// falls back to epoll instead).
     #[error(
         "cannot use io_uring ({0}): it needs Linux 5.7 or later, not refused by a \
-         container's seccomp profile or the kernel.io_uring_disabled sysctl; serve with --io epoll"
+         container's seccomp profile or the kernel.io_uring_disabled sysctl; serve with --io auto or --io epoll"
     )]
     Uring(std::io::Error),
 }
@@ -180,9 +182,7 @@ impl Server {
     /// socket. Must be called inside a tokio runtime.
     pub async fn bind(mut config: ServerConfig) -> Result<Server, ServerError> {
         config.validate()?;
-        if config.io == Io::Uring {
-            ring::available().map_err(ServerError::Uring)?;
-        }
+        settle_io(&mut config)?;
         let limits = Limits::default()
             .with_item_bytes_max(config.max_item_size)
             .map_err(|e| ConfigError(format!("max item size: {e}")))?;
@@ -288,7 +288,8 @@ impl Server {
             metrics,
         } = self;
         let rings = match shared.config.io {
-            Io::Epoll => None,
+            // `bind` settled `auto` into one of the others.
+            Io::Epoll | Io::Auto => None,
             Io::Uring => Some(
                 ring::Rings::start(shared.config.threads, &shared).map_err(ServerError::Uring)?,
             ),
@@ -587,11 +588,13 @@ pub fn serve_until(
     on_ready: impl FnOnce(Address),
     shutdown: impl Future<Output = ()>,
 ) -> Result<Shutdown, ServerError> {
+    let mut config = config;
+    settle_io(&mut config)?;
     let idle = Arc::new(larder_engine::IdleSignal::default());
     // With rings, the runtime only accepts connections and waits for them
     // to close: the ring threads serve them.
     let runtime_threads = match config.io {
-        Io::Epoll => config.threads,
+        Io::Epoll | Io::Auto => config.threads,
         Io::Uring => 1,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -613,6 +616,30 @@ pub fn serve_until(
         on_ready(server.address());
         server.run_until(shutdown).await
     })
+}
+
+/// Settles how `config` serves its connections: `auto` becomes `uring`
+/// where this kernel lets the server set up its rings and `epoll` where it
+/// does not, and then returns why the rings were refused; `uring` asked for
+/// outright must be available.
+pub fn settle_io(config: &mut ServerConfig) -> Result<Option<std::io::Error>, ServerError> {
+    match config.io {
+        Io::Epoll => Ok(None),
+        Io::Uring => ring::available(config.max_connections)
+            .map(|()| None)
+            .map_err(ServerError::Uring),
+        Io::Auto => match ring::available(config.max_connections) {
+            Ok(()) => {
+                config.io = Io::Uring;
+                Ok(None)
+            }
+            Err(refused) => {
+                tracing::info!(%refused, "io_uring refused: connections served on epoll");
+                config.io = Io::Epoll;
+                Ok(Some(refused))
+            }
+        },
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -1,4 +1,5 @@
-//! Serving connections on the server's own io_uring rings (`--io uring`).
+//! Serving connections on the server's own io_uring rings (`--io uring`,
+//! and the default `--io auto` wherever the kernel allows them).
 //!
 //! Each ring thread owns one ring and the connections handed to it. Its
 //! loop hands the kernel, in one `io_uring_enter`, every receive and send
@@ -50,11 +51,13 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// Whether this kernel lets the process set up a ring and has the
-/// operations the ring threads use (it may be too old, or a container's
-/// seccomp profile may refuse the system call).
-pub fn available() -> std::io::Result<()> {
-    let ring = IoUring::new(2)?;
+/// Whether this kernel lets the process set up a ring as large as a ring
+/// thread's for `connections` connections and has the operations the ring
+/// threads use (it may be too old, a container's seccomp profile may
+/// refuse the system call, or an older kernel may count the ring's memory
+/// against a low locked-memory limit).
+pub fn available(connections: usize) -> std::io::Result<()> {
+    let ring = build_ring(connections)?;
     if !ring.params().is_feature_fast_poll() {
         // Without it (before Linux 5.7) a waiting receive takes a kernel
         // worker thread of its own.

@@ -55,12 +55,12 @@ impl TestServer {
     }
 
     /// Starts a server with `config`; panics if it cannot bind. With
-    /// `LARDER_TEST_IO` set (`epoll` or `uring`), the server serves its
+    /// `LARDER_TEST_IO` set (`auto`, `epoll` or `uring`), the server serves its
     /// connections that way, so that the whole suite can be run against
     /// either.
     pub fn start_with(mut config: ServerConfig) -> TestServer {
         if let Ok(name) = std::env::var("LARDER_TEST_IO") {
-            config.io = Io::from_name(&name).expect("LARDER_TEST_IO is epoll or uring");
+            config.io = Io::from_name(&name).expect("LARDER_TEST_IO is auto, epoll or uring");
         }
         TestServer::start_as_given(config)
     }

@@ -1,0 +1,142 @@
+"""How Larder chooses to serve its connections (`--io`).
+
+By default (`auto`) it serves them on io_uring rings where the kernel lets
+it set them up, and on epoll where it does not, as in a container whose
+seccomp profile refuses io_uring (Docker's default one does). The refusal
+is made real here: `without_io_uring.py` starts the server under a seccomp
+filter that fails `io_uring_setup` with EPERM. Either way the start line
+and `stats settings` (`larder_io`) say which it chose; `--io uring` asked
+for outright where it is refused stops the start with one line, before the
+data directory is touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import pytest
+
+from conftest import HOST, LARDER_BIN, ServerFactory, ServerProcess, free_port
+
+WITHOUT_IO_URING = Path(__file__).resolve().parent / "without_io_uring.py"
+
+
+def kernel_allows_io_uring() -> bool:
+    """Whether this process may set up a ring (io_uring_setup, number 425)."""
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(425, 2, params)
+    if fd < 0:
+        return False
+    libc.close(fd)
+    return True
+
+
+def serve_argv(data_dir: Path, io: Sequence[str], refuse_rings: bool):
+    def argv(port: int) -> List[str]:
+        wrapper = [sys.executable, str(WITHOUT_IO_URING)] if refuse_rings else []
+        return [
+            *wrapper,
+            LARDER_BIN,
+            "serve",
+            "-l",
+            HOST,
+            "-p",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            *io,
+        ]
+
+    return argv
+
+
+def start(servers: ServerFactory, tmp_path: Path, io: Sequence[str], refuse_rings: bool) -> ServerProcess:
+    server = ServerProcess("larder", serve_argv(tmp_path / "data", io, refuse_rings), tmp_path)
+    servers.servers.append(server)  # stopped by its PID at teardown
+    return server.start()
+
+
+def settings(server: ServerProcess) -> Dict[str, str]:
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"stats settings\r\n")
+        reply = b""
+        while not reply.endswith(b"END\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed mid-reply: {reply!r}"
+            reply += chunk
+    lines = reply.decode().split("\r\n")
+    return {
+        parts[1]: parts[2]
+        for parts in (line.split(" ", 2) for line in lines if line.startswith("STAT "))
+    }
+
+
+def set_and_get(server: ServerProcess) -> None:
+    with socket.create_connection(server.address, timeout=10) as sock:
+        sock.sendall(b"set k 7 0 5\r\nvalue\r\nget k\r\n")
+        want = b"STORED\r\nVALUE k 7 5\r\nvalue\r\nEND\r\n"
+        reply = b""
+        while len(reply) < len(want):
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed mid-reply: {reply!r}"
+            reply += chunk
+    assert reply == want
+
+
+def start_line(server: ServerProcess) -> str:
+    lines = [line for line in server.stderr().splitlines() if " listening on " in line]
+    assert len(lines) == 1, server.stderr()
+    return lines[0]
+
+
+@pytest.mark.skipif(not kernel_allows_io_uring(), reason="this kernel refuses io_uring")
+@pytest.mark.parametrize("io", [[], ["--io", "auto"]], ids=["default", "auto"])
+def test_the_default_serves_on_rings_where_the_kernel_allows_them(
+    servers: ServerFactory, tmp_path: Path, io: List[str]
+) -> None:
+    server = start(servers, tmp_path, io, refuse_rings=False)
+    assert settings(server)["larder_io"] == "uring"
+    assert start_line(server).endswith(", io uring)")
+    set_and_get(server)
+    assert server.stop() == 0
+
+
+@pytest.mark.parametrize("io", [[], ["--io", "auto"]], ids=["default", "auto"])
+def test_the_default_serves_on_epoll_where_io_uring_is_refused_and_says_why(
+    servers: ServerFactory, tmp_path: Path, io: List[str]
+) -> None:
+    server = start(servers, tmp_path, io, refuse_rings=True)
+    assert settings(server)["larder_io"] == "epoll"
+    assert start_line(server).endswith(
+        ", io epoll: io_uring refused here (Operation not permitted (os error 1)))"
+    ), start_line(server)
+    set_and_get(server)
+    assert server.stop() == 0
+
+
+def test_epoll_asked_for_is_kept_where_rings_are_allowed(servers: ServerFactory, tmp_path: Path) -> None:
+    server = start(servers, tmp_path, ["--io", "epoll"], refuse_rings=False)
+    assert settings(server)["larder_io"] == "epoll"
+    assert start_line(server).endswith(", io epoll)")
+    set_and_get(server)
+    assert server.stop() == 0
+
+
+def test_uring_asked_for_where_it_is_refused_stops_the_start_with_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    argv = serve_argv(data_dir, ["--io", "uring"], refuse_rings=True)(free_port())
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1, done
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(
+        "larder: cannot use io_uring (Operation not permitted (os error 1)): "
+    ), done.stderr
+    assert "--io epoll" in done.stderr
+    assert not data_dir.exists(), "a refused start must not create the data directory"
