@@ -14,8 +14,11 @@
 #   CONNS ["50"]          space-separated connection counts, e.g. "1 50 500"
 #   PIPELINES ["1 16"]    space-separated pipeline depths
 #   WORKLOADS ["get set mix"]  get = 1:0, set = 0:1, mix = 90:10 gets:sets
-#   SERVERS [all seven]   subset of: memcached redis-none redis-everysec
+#   SERVERS [the first seven]  subset of: memcached redis-none redis-everysec
 #                         redis-always larder-none larder-everysec larder-always
+#                         (each Larder on its default, --io auto), and each
+#                         Larder with -uring or -epoll for --io uring or
+#                         --io epoll, e.g. larder-everysec-epoll
 #   CLIENT_THREADS [2]    larder bench worker threads
 #   SERVER_THREADS [2]    memcached -t / larder -t (Redis is single-threaded)
 #   MEMORY_MB [1024]      memcached -m / larder -m
@@ -166,6 +169,7 @@ start_server() {
         tail -n 20 "$logf" >&2 || true
         die "$name did not start listening on 127.0.0.1:$port"
     fi
+    [[ "$name" == larder-* ]] && note_larder_io "$name" "$logf" "$RESULTS_DIR/machine.txt"
     CURRENT_PORT="$port"
 }
 

@@ -348,7 +348,9 @@ busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8; exit }' /proc/stat; 
 # server_command ARRAY NAME PORT DIR LARDER_BINARY: sets the array named
 # ARRAY to the command that starts server NAME (memcached, redis-none,
 # redis-everysec, redis-always, larder-none, larder-everysec or
-# larder-always, each Larder also with -uring: --io uring) on 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
+# larder-always, each Larder also with -uring for --io uring or -epoll for
+# --io epoll, and without either on the default, --io auto) on
+# 127.0.0.1:PORT with its data in DIR, with SERVER_THREADS
 # worker threads (Redis is single-threaded by design) and MEMORY_MB of
 # memory; Larder is LARDER_BINARY. ARRAY must not be one of its own locals
 # (out, name, port, dir, larder, aof, durability, io).
@@ -372,10 +374,10 @@ server_command() {
             ;;
         larder-*)
             local durability="${name#larder-}" io=()
-            if [[ "$durability" == *-uring ]]; then
-                durability="${durability%-uring}"
-                io=(--io uring)
-            fi
+            case "$durability" in
+                *-uring) durability="${durability%-uring}"; io=(--io uring);;
+                *-epoll) durability="${durability%-epoll}"; io=(--io epoll);;
+            esac
             out=("$larder" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
                 -c 4096 --data-dir "$dir" --durability "$durability" "${io[@]}")
             ;;
@@ -429,9 +431,12 @@ want_descriptors() {
 
 # The servers compare.sh and pairs.sh know how to start (server_command); a
 # Larder name ending in -uring serves its connections on io_uring rings
-# (larder serve --io uring).
+# (larder serve --io uring), one ending in -epoll on tokio's epoll tasks
+# (--io epoll), and one with neither as the default chooses (--io auto:
+# rings where the kernel allows them).
 KV_SERVERS="memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always
-larder-none-uring larder-everysec-uring larder-always-uring"
+larder-none-uring larder-everysec-uring larder-always-uring
+larder-none-epoll larder-everysec-epoll larder-always-epoll"
 KV_SERVERS="${KV_SERVERS//$'\n'/ }"
 
 # known_server NAME: dies unless NAME is one of KV_SERVERS.
@@ -466,4 +471,20 @@ fresh_results_dir() {
 kv_server_versions() {
     echo "memcached: $(memcached -V 2>/dev/null || echo n/a)"
     echo "redis: $(redis-server --version 2>/dev/null | awk '{print $3}' || echo n/a)"
+}
+
+# note_larder_io NAME LOG FILE: once per NAME, appends "io_NAME: CHOICE" to
+# FILE, where CHOICE is how the Larder whose start line is in LOG serves
+# its connections (`uring`, `epoll`, or `epoll: io_uring refused here
+# (...)`): what --io auto, the default, settled on this kernel.
+note_larder_io() {
+    local name="$1" log="$2" file="$3" choice="" try
+    grep -q "^io_$name: " "$file" 2>/dev/null && return 0
+    # The start line is written just after the socket listens.
+    for try in $(seq 100); do
+        choice="$(sed -n 's/^larder .* listening on .*, io \(.*\))$/\1/p' "$log" | head -n1)"
+        [[ -n "$choice" ]] && break
+        sleep 0.02
+    done
+    echo "io_$name: ${choice:-unknown (no start line in $log)}" >>"$file"
 }

@@ -10,7 +10,8 @@
 #
 # SPEC is a server name as compare.sh knows it (memcached, redis-none,
 # redis-everysec, redis-always, larder-none, larder-everysec, larder-always,
-# and each Larder with -uring for --io uring, e.g. larder-everysec-uring),
+# each Larder also with -uring for --io uring or -epoll for --io epoll, e.g.
+# larder-everysec-epoll, and without either on its default, --io auto),
 # and for Larder optionally ":BINARY", e.g.
 #   A=larder-always:/tmp/old/larder B=larder-always benchmarks/pairs.sh
 # A Larder without a binary is LARDER (below).
@@ -201,6 +202,7 @@ run_side() {
         tail -n 20 "$logf" >&2 || true
         die "$spec did not start listening on 127.0.0.1:$port"
     fi
+    [[ "$name" == larder-* ]] && note_larder_io "$side" "$logf" "$RESULTS_DIR/machine.txt"
     local bench=("$LARDER" bench -s "127.0.0.1:$port" --protocol "$(protocol_of "$name")" -k "$KEYS" -v "$VALUE_SIZE" -q)
     local preload=("${bench[@]}" --preload -t "$CLIENT_THREADS" -c 4 --ratio 1:0 -n 1 --seed "$pair" --json)
     record "pair $pair $side preload" "${preload[@]}"

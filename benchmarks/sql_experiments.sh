@@ -56,9 +56,10 @@
 #   SERVER_THREADS [2]        larder -t, memcached -t (MariaDB: a thread per
 #                             connection, its default)
 #   LARDER_THREADS [SERVER_THREADS]  larder -t alone
-#   LARDER_IO [epoll]         larder --io: epoll, or uring (a ring per
-#                             thread: give it one thread per CPU it has,
-#                             e.g. LARDER_THREADS=1 with SERVER_CPUS=1)
+#   LARDER_IO [auto]          larder --io: auto (its default: rings where
+#                             the kernel allows them), epoll, or uring (a
+#                             ring per thread: give it one thread per CPU it
+#                             has, e.g. LARDER_THREADS=1 with SERVER_CPUS=1)
 #   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
 #                             server and every measured client to, e.g.
 #                             SERVER_CPUS=1 CLIENT_CPUS=0: each side then has
@@ -121,7 +122,7 @@ KV_CLIENT_THREADS_B="${KV_CLIENT_THREADS_B:-$THREADS_B}"
 TRANSPORT="${TRANSPORT:-tcp}"
 SERVER_THREADS="${SERVER_THREADS:-2}"
 LARDER_THREADS="${LARDER_THREADS:-$SERVER_THREADS}"
-LARDER_IO="${LARDER_IO:-epoll}"
+LARDER_IO="${LARDER_IO:-auto}"
 MEMORY_MB="${MEMORY_MB:-4096}"
 INNODB_BUFFER_POOL="${INNODB_BUFFER_POOL:-2G}"
 INNODB_AHI="${INNODB_AHI:-ON}"
@@ -146,7 +147,7 @@ for name in ROWS_A KEYS_A THREADS_A DURATION RUNS ROWS_B IDS_B THREADS_B ROUNDS 
     KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B SERVER_THREADS LARDER_THREADS MEMORY_MB FLUSH_WAIT_MAX; do
     positive "$name" "${!name}"
 done
-case "$LARDER_IO" in epoll|uring) ;; *) die "LARDER_IO must be epoll or uring, not '$LARDER_IO'";; esac
+case "$LARDER_IO" in auto|epoll|uring) ;; *) die "LARDER_IO must be auto, epoll or uring, not '$LARDER_IO'";; esac
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds, not '$WARMUP'"
 [[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
 [[ "$SMOKE" == 0 || "$SMOKE" == 1 ]] || die "SMOKE must be 0 or 1, not '$SMOKE'"
@@ -269,6 +270,7 @@ start_kv() {
         tail -n 20 "$dir/server.log" >&2 || true
         die "$name did not start listening on $target"
     fi
+    [[ "$name" == larder ]] && note_larder_io larder "$dir/server.log" "$RAW/machine.txt"
     log "$exp: $name on $target (pid $pid)"
 }
 

@@ -447,7 +447,7 @@ def markdown(doc: dict, name: str) -> str:
         "## Machine and command",
         "",
     ]
-    for key in ("nproc", "memory", "cpu", "kernel", "work_dir_fs", "disks", "larder", "settings"):
+    for key in ("nproc", "memory", "cpu", "kernel", "work_dir_fs", "disks", "larder", "io_larder", "settings"):
         if key in m:
             md.append(f"- {key}: `{m[key]}`")
     md += ["", "Commands:", "", "```sh", m.get("invocation", "").strip()]

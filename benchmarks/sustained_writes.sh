@@ -213,6 +213,8 @@ overwrite_args=("${common_bench[@]}" --key-pattern uniform -t "$threads" -c "$pe
     if [[ -n "$SEGMENT_BYTES" ]]; then echo "server_config: $(tr '\n' ' ' <"$RAW/larder.toml")"; fi
 } >"$RAW/machine.txt"
 log "machine: $(grep -E '^(nproc|memory|work_dir_fs):' "$RAW/machine.txt" | tr '\n' ' ')"
+note_larder_io larder "$SERVER_LOG" "$RAW/machine.txt"
+log "larder serves its connections on $(sed -n 's/^io_larder: //p' "$RAW/machine.txt")"
 
 # ----------------------------------------------------------------- preload
 log "preloading $KEYS keys of $VALUE_SIZE bytes"

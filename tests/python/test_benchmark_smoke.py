@@ -116,6 +116,11 @@ def test_compare_script_measures_every_cell(tmp_path):
     [run] = [c for c in commands if c.startswith("larder-always/set-c4-p4-run1.json: ")]
     assert " bench -s 127.0.0.1:" in run and " -P 4 --ratio 0:1 " in run, run
     assert not any("taskset" in c for c in commands), "pinned without being asked"
+    # How each Larder served its connections: what --io auto settled on.
+    facts = (results / "machine.txt").read_text().splitlines()
+    for server in ("larder-everysec", "larder-always"):
+        [choice] = [f.split(": ", 1)[1] for f in facts if f.startswith(f"io_{server}: ")]
+        assert choice == "uring" or choice.startswith("epoll"), (server, choice)
 
 
 def test_compare_script_interleaves_each_cells_runs_reversing_even_ones_and_reports_drift(tmp_path):
@@ -289,7 +294,9 @@ def test_sql_experiments_script_measures_every_server(tmp_path):
             assert cell["rows_per_second"]["median"] > 0, where
             assert cell["errors"] == 0, where
             assert cell["misses"] == 0, where
-    assert (results / "sql-experiments.md").read_text().count("| larder |") >= 2
+    markdown = (results / "sql-experiments.md").read_text()
+    assert markdown.count("| larder |") >= 2
+    assert "- io_larder: `uring`" in markdown or "- io_larder: `epoll" in markdown, markdown[:2000]
 
 
 def test_sql_experiments_script_pins_servers_and_clients(tmp_path):
@@ -367,7 +374,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
     env = {
         **os.environ,
         "A": f"larder-none:{a_binary}",
-        "B": "larder-always",
+        "B": "larder-always-epoll",
         "PAIRS": "2",
         "WORKLOAD": "set",
         "CONNS": "4",
@@ -415,10 +422,17 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
         "pair 1 A start", "pair 1 B start", "pair 2 B start", "pair 2 A start"]
     for c in starts:
         a_side = " A start: " in c
-        binary, durability = (str(a_binary), "none") if a_side else (LARDER_BIN, "always")
+        binary, tail = (str(a_binary), "--durability none") if a_side \
+            else (LARDER_BIN, "--durability always --io epoll")
         assert c.split(": ", 1)[1].startswith(f"{binary} serve "), c
-        assert c.endswith(f"--durability {durability}"), c
-    assert "larder_A: " in (results / "machine.txt").read_text()
+        assert c.endswith(tail), c
+    facts = (results / "machine.txt").read_text().splitlines()
+    assert any(f.startswith("larder_A: ") for f in facts), facts
+    # A on its default (--io auto: rings where the kernel allows them), B
+    # on epoll by name; each recorded once, from its server's start line.
+    [a_io] = [f for f in facts if f.startswith("io_A: ")]
+    assert a_io in ("io_A: uring", "io_A: epoll") or a_io.startswith("io_A: epoll: io_uring refused"), a_io
+    assert [f for f in facts if f.startswith("io_B: ")] == ["io_B: epoll"]
 
 
 @pytest.mark.parametrize(

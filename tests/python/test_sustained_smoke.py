@@ -57,6 +57,10 @@ def test_sustained_writes_script_produces_consistent_results(tmp_path: Path) -> 
 
     doc = json.loads((results / "sustained-writes.json").read_text())
     md = (results / "sustained-writes.md").read_text()
+    # How the server served its connections, from its start line.
+    io = doc["machine"]["io_larder"]
+    assert io == "uring" or io.startswith("epoll"), io
+    assert f"- io_larder: `{io}`" in md
     svg = ElementTree.parse(results / "sustained-writes.svg").getroot()
     raw = results / "sustained-writes-raw"
 
