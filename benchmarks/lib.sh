@@ -375,8 +375,11 @@ server_command() {
         larder-*)
             local durability="${name#larder-}" io=()
             case "$durability" in
-                *-uring) durability="${durability%-uring}"; io=(--io uring);;
-                *-epoll) durability="${durability%-epoll}"; io=(--io epoll);;
+                *-nopoll) durability="${durability%-nopoll}"; io=(--idle-poll-us 0);;
+            esac
+            case "$durability" in
+                *-uring) durability="${durability%-uring}"; io+=(--io uring);;
+                *-epoll) durability="${durability%-epoll}"; io+=(--io epoll);;
             esac
             out=("$larder" serve -l 127.0.0.1 -p "$port" -t "$SERVER_THREADS" -m "$MEMORY_MB"
                 -c 4096 --data-dir "$dir" --durability "$durability" "${io[@]}")
@@ -436,7 +439,9 @@ want_descriptors() {
 # rings where the kernel allows them).
 KV_SERVERS="memcached redis-none redis-everysec redis-always larder-none larder-everysec larder-always
 larder-none-uring larder-everysec-uring larder-always-uring
-larder-none-epoll larder-everysec-epoll larder-always-epoll"
+larder-none-epoll larder-everysec-epoll larder-always-epoll
+larder-none-nopoll larder-everysec-nopoll larder-always-nopoll
+larder-none-uring-nopoll larder-everysec-uring-nopoll larder-always-uring-nopoll"
 KV_SERVERS="${KV_SERVERS//$'\n'/ }"
 
 # known_server NAME: dies unless NAME is one of KV_SERVERS.

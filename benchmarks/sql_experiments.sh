@@ -60,6 +60,7 @@
 #                             the kernel allows them), epoll, or uring (a
 #                             ring per thread: give it one thread per CPU it
 #                             has, e.g. LARDER_THREADS=1 with SERVER_CPUS=1)
+#   LARDER_IDLE_POLL_US [unset]  larder --idle-poll-us (unset: its default)
 #   SERVER_CPUS, CLIENT_CPUS [unset]  CPU lists (taskset -c) to pin every
 #                             server and every measured client to, e.g.
 #                             SERVER_CPUS=1 CLIENT_CPUS=0: each side then has
@@ -123,6 +124,7 @@ TRANSPORT="${TRANSPORT:-tcp}"
 SERVER_THREADS="${SERVER_THREADS:-2}"
 LARDER_THREADS="${LARDER_THREADS:-$SERVER_THREADS}"
 LARDER_IO="${LARDER_IO:-auto}"
+LARDER_IDLE_POLL_US="${LARDER_IDLE_POLL_US:-}"
 MEMORY_MB="${MEMORY_MB:-4096}"
 INNODB_BUFFER_POOL="${INNODB_BUFFER_POOL:-2G}"
 INNODB_AHI="${INNODB_AHI:-ON}"
@@ -148,6 +150,8 @@ for name in ROWS_A KEYS_A THREADS_A DURATION RUNS ROWS_B IDS_B THREADS_B ROUNDS 
     positive "$name" "${!name}"
 done
 case "$LARDER_IO" in auto|epoll|uring) ;; *) die "LARDER_IO must be auto, epoll or uring, not '$LARDER_IO'";; esac
+[[ -z "$LARDER_IDLE_POLL_US" || "$LARDER_IDLE_POLL_US" =~ ^[0-9]+$ ]] \
+    || die "LARDER_IDLE_POLL_US must be a number of microseconds, not '$LARDER_IDLE_POLL_US'"
 [[ "$WARMUP" =~ ^[0-9]+$ ]] || die "WARMUP must be a whole number of seconds, not '$WARMUP'"
 [[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
 [[ "$SMOKE" == 0 || "$SMOKE" == 1 ]] || die "SMOKE must be 0 or 1, not '$SMOKE'"
@@ -245,7 +249,8 @@ start_kv() {
     case "$name" in
         larder)
             cmd=("$LARDER" serve "${listen[@]}" -t "$LARDER_THREADS" --io "$LARDER_IO" -m "$MEMORY_MB"
-                -c 4096 --data-dir "$dir/data" --durability everysec)
+                -c 4096 --data-dir "$dir/data" --durability everysec
+                ${LARDER_IDLE_POLL_US:+--idle-poll-us "$LARDER_IDLE_POLL_US"})
             ;;
         memcached)
             cmd=(memcached "${listen[@]}" -U 0 -t "$SERVER_THREADS" -m "$MEMORY_MB"
@@ -495,7 +500,7 @@ server_versions() {
     echo "kernel: $(uname -sr)"
     echo "work_dir_fs: $(df -T "$WORK_DIR" | awk 'NR==2 {print $1" "$2}')"
     server_versions
-    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS LARDER_THREADS=$LARDER_THREADS LARDER_IO=$LARDER_IO MEMORY_MB=$MEMORY_MB SEED=$SEED SERVER_CPUS=${SERVER_CPUS:-all} CLIENT_CPUS=${CLIENT_CPUS:-all} TRANSPORT=$TRANSPORT"
+    echo "settings: EXPERIMENTS='$EXPERIMENTS' ROWS_A=$ROWS_A KEYS_A=$KEYS_A THREADS_A=$THREADS_A DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS ROWS_B=$ROWS_B IDS_B=$IDS_B THREADS_B=$THREADS_B ROUNDS=$ROUNDS RUNS_B=$RUNS_B KV_CLIENT_THREADS_A=$KV_CLIENT_THREADS_A KV_CLIENT_THREADS_B=$KV_CLIENT_THREADS_B SERVER_THREADS=$SERVER_THREADS LARDER_THREADS=$LARDER_THREADS LARDER_IO=$LARDER_IO LARDER_IDLE_POLL_US=${LARDER_IDLE_POLL_US:-default} MEMORY_MB=$MEMORY_MB SEED=$SEED SERVER_CPUS=${SERVER_CPUS:-all} CLIENT_CPUS=${CLIENT_CPUS:-all} TRANSPORT=$TRANSPORT"
     echo "mariadb_config: innodb_buffer_pool_size=$INNODB_BUFFER_POOL innodb_adaptive_hash_index=$INNODB_AHI innodb_log_file_size=512M innodb_flush_log_at_trx_commit=2 (loading only; reads do not write) max_heap_table_size=$MAX_HEAP_TABLE thread_handling=$MARIADB_THREAD_HANDLING max_connections=1000 performance_schema=OFF query_cache_type=0 skip_name_resolve skip_log_bin"
     echo "servers_a: $SERVERS_A"
     echo "servers_b: $SERVERS_B"

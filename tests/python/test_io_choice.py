@@ -8,14 +8,19 @@ filter that fails `io_uring_setup` with EPERM. Either way the start line
 and `stats settings` (`larder_io`) say which it chose; `--io uring` asked
 for outright where it is refused stops the start with one line, before the
 data directory is touched.
+
+On rings, a thread that runs out of work polls a little before it sleeps
+(`--idle-poll-us`, 50 µs by default); an idle server must still sleep.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -134,4 +139,51 @@ def test_uring_asked_for_where_it_is_refused_stops_the_start_with_one_line(tmp_p
         "larder: cannot use io_uring (Operation not permitted (os error 1)): "
     ), done.stderr
     assert "--io epoll" in done.stderr
+    assert not data_dir.exists(), "a refused start must not create the data directory"
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process `pid` has used so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        # The command name, in parentheses, may hold spaces: split after it.
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+# An idle server, two ring threads each polling without end, would use about
+# IDLE_SECONDS of CPU per thread; sleeping, it uses a few ticks.
+IDLE_SECONDS = 2.0
+IDLE_CPU_SECONDS_MAX = 0.25
+
+
+def test_an_idle_server_stops_polling_and_sleeps(servers: ServerFactory, tmp_path: Path) -> None:
+    server = start(servers, tmp_path, [], refuse_rings=False)
+    assert settings(server)["larder_idle_poll_us"] == "50"
+    with socket.create_connection(server.address, timeout=10) as idle_client:
+        for _ in range(200):
+            set_and_get(server)
+        idle_client.sendall(b"version\r\n")
+        assert idle_client.recv(100).startswith(b"VERSION ")
+        # Every ring thread has had work and now has none; one holds a
+        # connection whose next request never comes.
+        before = cpu_seconds(server.pid)
+        time.sleep(IDLE_SECONDS)
+        used = cpu_seconds(server.pid) - before
+    assert used < IDLE_CPU_SECONDS_MAX, f"an idle server used {used:.2f} s of CPU in {IDLE_SECONDS} s"
+    assert server.stop() == 0
+
+
+def test_the_idle_poll_can_be_turned_off_and_is_held_to_a_millisecond(
+    servers: ServerFactory, tmp_path: Path
+) -> None:
+    server = start(servers, tmp_path, ["--idle-poll-us", "0"], refuse_rings=False)
+    assert settings(server)["larder_idle_poll_us"] == "0"
+    set_and_get(server)
+    assert server.stop() == 0
+    data_dir = tmp_path / "refused"
+    argv = serve_argv(data_dir, ["--idle-poll-us", "1001"], refuse_rings=False)(free_port())
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done
+    assert done.stderr == "larder: idle poll 1001 us is outside 0..=1000 us\n", done.stderr
     assert not data_dir.exists(), "a refused start must not create the data directory"

@@ -194,6 +194,14 @@ struct ServeArgs {
     /// allows it, else epoll [default: auto].
     #[arg(long, value_name = "auto|epoll|uring")]
     io: Option<String>,
+    /// With io_uring rings: how long a ring thread that has nothing to do
+    /// keeps looking for requests before it sleeps, in microseconds, while
+    /// no other thread is waiting for its CPU. A request that comes in
+    /// meanwhile is served without waking a sleeping thread; a thread that
+    /// finds its CPU wanted stops looking for a while. 0 sleeps at once
+    /// [default: 50].
+    #[arg(long = "idle-poll-us", value_name = "US")]
+    idle_poll_us: Option<u64>,
     /// How long a half-received request may wait for its next bytes before
     /// the connection is closed, in milliseconds [default: 30000].
     #[arg(long = "partial-request-timeout-ms", value_name = "MS")]
@@ -240,6 +248,7 @@ impl ServeArgs {
             data_dir: self.data_dir,
             durability: self.durability,
             io: self.io,
+            idle_poll_us: self.idle_poll_us,
             verbose: (self.verbose > 0).then_some(self.verbose),
             segment_bytes_max: None,
             partial_request_timeout_ms: self.partial_request_timeout_ms,

@@ -2,7 +2,8 @@
 //!
 //! Names match the command-line flags (`port`, `listen`, `unix_socket`,
 //! `unix_socket_mode`, `max_connections`, `threads`, `memory_limit_mb`,
-//! `max_item_size`, `data_dir`, `durability`, `io`, `verbose`), so a config file
+//! `max_item_size`, `data_dir`, `durability`, `io`, `idle_poll_us`,
+//! `verbose`), so a config file
 //! reads like the flags it replaces.
 
 use crate::limits;
@@ -39,6 +40,10 @@ pub struct ServerConfig {
     pub durability: Durability,
     /// How connections are served.
     pub io: Io,
+    /// How long a ring thread with nothing to do keeps looking for work
+    /// before it sleeps, while no other thread wants its CPU (see
+    /// [`crate::ring`]); zero sleeps at once, as epoll does.
+    pub idle_poll: std::time::Duration,
     /// Log verbosity (0 quiet, 1 info, 2 debug, 3 trace).
     pub verbose: u8,
     /// Largest segment file, in bytes; `None` for the engine's default,
@@ -75,6 +80,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("larder-data"),
             durability: Durability::EverySec,
             io: Io::Auto,
+            idle_poll: limits::IDLE_POLL_DEFAULT,
             verbose: 0,
             segment_bytes_max: None,
             partial_request_timeout: limits::PARTIAL_REQUEST_TIMEOUT,
@@ -114,6 +120,8 @@ pub struct ConfigFile {
     pub durability: Option<String>,
     /// `auto`, `epoll` or `uring`.
     pub io: Option<String>,
+    /// See [`ServerConfig::idle_poll`], in microseconds.
+    pub idle_poll_us: Option<u64>,
     /// See [`ServerConfig::verbose`].
     pub verbose: Option<u8>,
     /// See [`ServerConfig::segment_bytes_max`].
@@ -243,6 +251,9 @@ impl ConfigFile {
                 ConfigError(format!("io must be auto, epoll or uring, not {name:?}"))
             })?;
         }
+        if let Some(us) = self.idle_poll_us {
+            config.idle_poll = std::time::Duration::from_micros(us);
+        }
         if let Some(verbose) = self.verbose {
             config.verbose = verbose;
         }
@@ -341,6 +352,13 @@ impl ServerConfig {
                     accepted.end().as_millis()
                 )));
             }
+        }
+        if self.idle_poll > limits::IDLE_POLL_MAX {
+            return Err(ConfigError(format!(
+                "idle poll {} us is outside 0..={} us",
+                self.idle_poll.as_micros(),
+                limits::IDLE_POLL_MAX.as_micros()
+            )));
         }
         if self.unix_socket_mode > 0o777 {
             return Err(ConfigError(format!(
@@ -449,6 +467,29 @@ mod tests {
         let bad: ConfigFile = toml::from_str("metrics_listen = \"9150\"").unwrap();
         let error = bad.apply(&mut config).unwrap_err().to_string();
         assert!(error.contains("not an address:port"), "{error}");
+    }
+
+    #[test]
+    fn the_idle_poll_is_a_file_setting_in_microseconds_up_to_one_millisecond() {
+        let mut config = ServerConfig::default();
+        assert_eq!(config.idle_poll, Duration::from_micros(50));
+        let file: ConfigFile = toml::from_str("idle_poll_us = 0").unwrap();
+        file.apply(&mut config).unwrap();
+        assert_eq!(config.idle_poll, Duration::ZERO);
+        assert!(config.validate().is_ok());
+        for (us, fits) in [(0, true), (1000, true), (1001, false)] {
+            let config = ServerConfig {
+                idle_poll: Duration::from_micros(us),
+                ..ServerConfig::default()
+            };
+            assert_eq!(config.validate().is_ok(), fits, "idle poll {us} us");
+        }
+        let too_long = ServerConfig {
+            idle_poll: Duration::from_micros(5000),
+            ..ServerConfig::default()
+        };
+        let error = too_long.validate().unwrap_err().to_string();
+        assert_eq!(error, "idle poll 5000 us is outside 0..=1000 us");
     }
 
     #[test]

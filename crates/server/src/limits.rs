@@ -76,6 +76,21 @@ pub const RING_COMPLETIONS_MAX: u32 = 65536;
 /// sleeps, so a thread waiting for its CPU (a client on the same host, the
 /// sync thread) would wait for the scheduler's tick, 4 ms at 250 Hz.
 pub const RING_YIELD_INTERVAL: Duration = Duration::from_micros(200);
+/// How long an idle ring thread looks for work before it sleeps, by
+/// default ([`crate::ServerConfig::idle_poll`]).
+pub const IDLE_POLL_DEFAULT: Duration = Duration::from_micros(50);
+/// The longest idle poll accepted.
+pub const IDLE_POLL_MAX: Duration = Duration::from_millis(1);
+/// A pause longer than this between two looks of an idle poll may mean
+/// that another thread took the CPU: the ring thread then asks the kernel
+/// whether it was preempted.
+pub const IDLE_POLL_GAP: Duration = Duration::from_micros(5);
+/// How often an idle poll offers its CPU to any other thread waiting for
+/// it.
+pub const IDLE_POLL_YIELD_EVERY: Duration = Duration::from_micros(10);
+/// How long a ring thread that was preempted while polling sleeps at once
+/// when idle, before it polls again.
+pub const IDLE_POLL_PAUSE: Duration = Duration::from_millis(10);
 
 const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
 const _: () =

@@ -14,6 +14,13 @@
 //! yields its CPU at most every [`RING_YIELD_INTERVAL`] so that other
 //! threads on it are not kept waiting for the scheduler's tick.
 //!
+//! A ring thread that runs out of work looks for new completions a little
+//! longer before it sleeps ([`crate::ServerConfig::idle_poll`], 50 µs by
+//! default), while no other thread wants its CPU: on a virtual machine a
+//! thread whose CPU went idle takes tens of microseconds to wake, more than
+//! a request takes to serve, and with one client waiting on each reply
+//! that wake-up was most of every round trip.
+//!
 //! A connection's life, as in [`crate::connection`]: receive, parse and
 //! handle what came ([`Exchange::process`]), commit the batch's writes,
 //! send the replies, repeat. A receive waits without a timeout unless a
@@ -35,7 +42,10 @@
 //! with no operation in flight, and a closing one cancels its own first.
 
 use crate::connection::{End, Exchange, Processed};
-use crate::limits::{RING_COMPLETIONS_MAX, RING_SUBMISSIONS, RING_YIELD_INTERVAL};
+use crate::limits::{
+    IDLE_POLL_GAP, IDLE_POLL_PAUSE, IDLE_POLL_YIELD_EVERY, RING_COMPLETIONS_MAX, RING_SUBMISSIONS,
+    RING_YIELD_INTERVAL,
+};
 use crate::session::Shared;
 use crate::Open;
 use bytes::BufMut;
@@ -185,7 +195,9 @@ impl Rings {
 /// timeout, and the cancels of closing), up to the kernel's ceiling, past
 /// which the kernel keeps completions aside rather than drop them. Asks for
 /// the kernel's cheapest mode (completions reaped only by the one thread
-/// that submits, when it enters the kernel) where the kernel has it.
+/// that submits, when it enters the kernel) where the kernel has it, with
+/// a flag in the ring's memory saying when some wait for an entry, which
+/// an idle poll reads ([`Worker::poll_before_sleeping`]).
 fn build_ring(connections: usize) -> std::io::Result<IoUring> {
     let completions = u32::try_from(connections.saturating_mul(5))
         .unwrap_or(u32::MAX)
@@ -195,6 +207,7 @@ fn build_ring(connections: usize) -> std::io::Result<IoUring> {
     IoUring::builder()
         .setup_cqsize(completions)
         .setup_coop_taskrun()
+        .setup_taskrun_flag()
         .setup_single_issuer()
         .setup_defer_taskrun()
         .build(RING_SUBMISSIONS)
@@ -319,6 +332,24 @@ enum Op {
     Cancel = 4,
 }
 
+/// Whether an `io_uring_enter` is done with, rather than to be made again
+/// (interrupted by a signal). Any other failure is a bug: the ring thread
+/// panics, which stops the server (see [`AbortOnPanic`]).
+fn entry_ends(entered: std::io::Result<usize>) -> bool {
+    match entered {
+        Ok(_) => true,
+        Err(error) => match error.raw_os_error() {
+            // Waited for as long as asked, with nothing completed.
+            Some(libc::ETIME) => true,
+            Some(libc::EINTR) => false,
+            // The completion queue is full, or the kernel is short of
+            // memory for requests: reap, then submit again.
+            Some(libc::EBUSY | libc::EAGAIN) => true,
+            _ => panic!("io_uring_enter failed: {error}"),
+        },
+    }
+}
+
 /// The bell's read, which belongs to no connection.
 const BELL: u64 = u64::MAX;
 
@@ -395,6 +426,12 @@ struct Worker {
     /// The completions of one round (user data, result), taken off the
     /// queue before any is handled; kept between rounds for its memory.
     completions: Vec<(u64, i32)>,
+    /// Until when this thread sleeps at once when idle: it found another
+    /// thread wanting its CPU while it polled.
+    poll_paused_until: Option<Instant>,
+    /// Times the kernel had switched this thread out for another
+    /// (`ru_nivcsw`) when last asked.
+    involuntary_switches: i64,
 }
 
 fn timespec(duration: Duration) -> Box<types::Timespec> {
@@ -423,6 +460,8 @@ impl Worker {
             ready: Vec::new(),
             set_aside: Vec::new(),
             completions: Vec::with_capacity(RING_SUBMISSIONS as usize),
+            poll_paused_until: None,
+            involuntary_switches: 0,
         }
     }
 
@@ -474,6 +513,9 @@ impl Worker {
             if let Some(signal) = &self.idle {
                 signal.report();
             }
+            if self.poll_before_sleeping() {
+                return;
+            }
         }
         // With completions deferred to the thread's own entries (the
         // cheapest mode), even a round that must not wait asks for them,
@@ -486,18 +528,89 @@ impl Worker {
                 (false, true) => self.ring.submitter().submit_with_args(1, &no_wait),
                 (false, false) => self.ring.submit(),
             };
-            match entered {
-                Ok(_) => return,
-                Err(error) if error.raw_os_error() == Some(libc::ETIME) => return,
-                Err(error) if error.raw_os_error() == Some(libc::EINTR) => {}
-                // The completion queue is full, or the kernel is short of
-                // memory for requests: reap, then submit again.
-                Err(error) if matches!(error.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {
-                    return;
-                }
-                Err(error) => panic!("io_uring_enter failed: {error}"),
+            if entry_ends(entered) {
+                return;
             }
         }
+    }
+
+    /// Looks for completions for up to the idle poll
+    /// ([`crate::ServerConfig::idle_poll`]) before the thread sleeps, so
+    /// that a request arriving meanwhile is served without a wake-up: on a
+    /// virtual machine, waking a thread whose CPU has gone idle takes tens
+    /// of microseconds, more than serving a request. True if some came.
+    ///
+    /// Only while no other thread wants this CPU: every
+    /// [`IDLE_POLL_YIELD_EVERY`] the poll offers the CPU to any thread
+    /// waiting for it, and if one took it, or the kernel preempted the
+    /// poll for one, polling stops for [`IDLE_POLL_PAUSE`] (the thread
+    /// then sleeps at once when idle, as without it).
+    fn poll_before_sleeping(&mut self) -> bool {
+        let window = self.shared.config.idle_poll;
+        let start = Instant::now();
+        if window.is_zero() || self.poll_paused_until.is_some_and(|until| start < until) {
+            return false;
+        }
+        let zero = types::Timespec::new();
+        let no_wait = types::SubmitArgs::new().timespec(&zero);
+        let mut enter = true;
+        let mut last = start;
+        let mut offered: Option<Instant> = None;
+        loop {
+            // Completions the kernel deferred to this thread's next entry
+            // (the cheapest mode) are flagged; entering runs them. The
+            // first round enters anyway, to submit what is queued.
+            if enter || self.ring.submission().taskrun() {
+                enter = false;
+                self.enter(&no_wait);
+                last = Instant::now();
+            }
+            if !self.ring.completion().is_empty() {
+                return true;
+            }
+            std::hint::spin_loop();
+            let mut now = Instant::now();
+            if offered.is_none_or(|at| now - at >= IDLE_POLL_YIELD_EVERY) {
+                std::thread::yield_now();
+                let back = Instant::now();
+                if back - now > IDLE_POLL_GAP {
+                    // Another thread ran meanwhile.
+                    self.poll_paused_until = Some(back + IDLE_POLL_PAUSE);
+                    return false;
+                }
+                offered = Some(back);
+                now = back;
+            } else if now - last > IDLE_POLL_GAP && self.was_preempted() {
+                self.poll_paused_until = Some(now + IDLE_POLL_PAUSE);
+                return false;
+            }
+            if now - start >= window {
+                return false;
+            }
+            last = now;
+        }
+    }
+
+    /// Enters the kernel to submit what is queued and take the
+    /// completions it deferred, without waiting.
+    fn enter(&mut self, no_wait: &types::SubmitArgs<'_, '_>) {
+        while !entry_ends(self.ring.submitter().submit_with_args(0, no_wait)) {}
+    }
+
+    /// Whether the kernel has switched this thread out for another since
+    /// last asked (or since it started).
+    fn was_preempted(&mut self) -> bool {
+        // SAFETY: a `rusage` is plain integers, for which all zeroes is a
+        // value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `getrusage` writes this thread's figures into `usage`,
+        // which lives across the call.
+        let done = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+        if done != 0 {
+            return false;
+        }
+        let switches = usage.ru_nivcsw;
+        std::mem::replace(&mut self.involuntary_switches, switches) != switches
     }
 
     fn reap(&mut self) {

@@ -452,6 +452,11 @@ impl ServerStats {
             config.durability.name().as_bytes(),
         );
         write_stat(out, b"larder_io", config.io.name().as_bytes());
+        write_stat_u64(
+            out,
+            b"larder_idle_poll_us",
+            u64::try_from(config.idle_poll.as_micros()).unwrap_or(u64::MAX),
+        );
         write_stat(
             out,
             b"larder_data_dir",
