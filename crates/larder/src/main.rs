@@ -196,9 +196,9 @@ struct ServeArgs {
     io: Option<String>,
     /// With io_uring rings: how long a ring thread that has nothing to do
     /// keeps looking for requests before it sleeps, in microseconds, while
-    /// no other thread is waiting for its CPU. A request that comes in
+    /// no other thread is waiting for a CPU. A request that comes in
     /// meanwhile is served without waking a sleeping thread; a thread that
-    /// finds its CPU wanted stops looking for a while. 0 sleeps at once
+    /// finds a CPU wanted stops looking for a while. 0 sleeps at once
     /// [default: 50].
     #[arg(long = "idle-poll-us", value_name = "US")]
     idle_poll_us: Option<u64>,

@@ -16,7 +16,7 @@
 //!
 //! A ring thread that runs out of work looks for new completions a little
 //! longer before it sleeps ([`crate::ServerConfig::idle_poll`], 50 µs by
-//! default), while no other thread wants its CPU: on a virtual machine a
+//! default), while no other thread wants a CPU: on a virtual machine a
 //! thread whose CPU went idle takes tens of microseconds to wake, more than
 //! a request takes to serve, and with one client waiting on each reply
 //! that wake-up was most of every round trip.
@@ -432,6 +432,52 @@ struct Worker {
     /// Times the kernel had switched this thread out for another
     /// (`ru_nivcsw`) when last asked.
     involuntary_switches: i64,
+    runnable: Runnable,
+}
+
+/// How many threads the machine has ready to run, read from
+/// `/proc/loadavg` (its fourth field: runnable threads, the running ones
+/// included), against its CPUs. A CPU that goes idle takes a thread
+/// waiting for another CPU; one that polls does not, so a poll that went
+/// on while threads wait would keep them waiting.
+struct Runnable {
+    /// `None` where the file cannot be read: polls then look only at
+    /// their own CPU.
+    loadavg: Option<std::fs::File>,
+    cpus: usize,
+}
+
+impl Runnable {
+    fn new() -> Runnable {
+        // SAFETY: sysconf takes no pointers.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        Runnable {
+            loadavg: std::fs::File::open("/proc/loadavg").ok(),
+            cpus: usize::try_from(online).unwrap_or(1).max(1),
+        }
+    }
+
+    /// Whether more threads are ready to run than there are CPUs.
+    fn others_wait(&self) -> bool {
+        use std::os::unix::fs::FileExt;
+        let Some(file) = &self.loadavg else {
+            return false;
+        };
+        let mut text = [0u8; 128];
+        let Ok(length) = file.read_at(&mut text, 0) else {
+            return false;
+        };
+        let runnable = text.get(..length).and_then(runnable_in_loadavg);
+        runnable.is_some_and(|count| count > self.cpus)
+    }
+}
+
+/// The runnable threads in the text of `/proc/loadavg`, such as
+/// `0.20 0.18 0.12 2/187 1234`: the fourth field's first number.
+fn runnable_in_loadavg(text: &[u8]) -> Option<usize> {
+    let text = std::str::from_utf8(text).ok()?;
+    let field = text.split_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
 }
 
 fn timespec(duration: Duration) -> Box<types::Timespec> {
@@ -462,6 +508,7 @@ impl Worker {
             completions: Vec::with_capacity(RING_SUBMISSIONS as usize),
             poll_paused_until: None,
             involuntary_switches: 0,
+            runnable: Runnable::new(),
         }
     }
 
@@ -540,11 +587,13 @@ impl Worker {
     /// virtual machine, waking a thread whose CPU has gone idle takes tens
     /// of microseconds, more than serving a request. True if some came.
     ///
-    /// Only while no other thread wants this CPU: every
-    /// [`IDLE_POLL_YIELD_EVERY`] the poll offers the CPU to any thread
-    /// waiting for it, and if one took it, or the kernel preempted the
-    /// poll for one, polling stops for [`IDLE_POLL_PAUSE`] (the thread
-    /// then sleeps at once when idle, as without it).
+    /// Only while no other thread wants a CPU: every
+    /// [`IDLE_POLL_YIELD_EVERY`] the poll offers its CPU to any thread
+    /// waiting for it and asks how many threads are ready to run
+    /// ([`Runnable`]); if one took the CPU, more threads are ready than
+    /// there are CPUs, or the kernel preempted the poll, polling stops for
+    /// [`IDLE_POLL_PAUSE`] (the thread then sleeps at once when idle, as
+    /// without it).
     fn poll_before_sleeping(&mut self) -> bool {
         let window = self.shared.config.idle_poll;
         let start = Instant::now();
@@ -573,8 +622,9 @@ impl Worker {
             if offered.is_none_or(|at| now - at >= IDLE_POLL_YIELD_EVERY) {
                 std::thread::yield_now();
                 let back = Instant::now();
-                if back - now > IDLE_POLL_GAP {
-                    // Another thread ran meanwhile.
+                // Another thread ran meanwhile, or one waits for another
+                // CPU, which would take it from this one were it idle.
+                if back - now > IDLE_POLL_GAP || self.runnable.others_wait() {
                     self.poll_paused_until = Some(back + IDLE_POLL_PAUSE);
                     return false;
                 }
@@ -1029,6 +1079,18 @@ mod tests {
 
     /// Input starting with this panics while it is handled.
     const PANIC: &[u8] = b"panic-for-test\r\n";
+
+    #[test]
+    fn the_runnable_threads_are_read_from_loadavg_and_anything_else_is_none() {
+        assert_eq!(runnable_in_loadavg(b"0.20 0.18 0.12 2/187 1234\n"), Some(2));
+        assert_eq!(runnable_in_loadavg(b"12.5 9.0 3.1 17/2048 99"), Some(17));
+        assert_eq!(runnable_in_loadavg(b"0.20 0.18 0.12"), None);
+        assert_eq!(runnable_in_loadavg(b"0.20 0.18 0.12 x/187 1"), None);
+        assert_eq!(runnable_in_loadavg(b"0.20 0.18 0.12 2 1"), None);
+        assert_eq!(runnable_in_loadavg(b"\xff\xfe"), None);
+        let here = std::fs::read("/proc/loadavg").unwrap();
+        assert!(runnable_in_loadavg(&here).is_some_and(|count| count >= 1));
+    }
 
     pub(super) fn panic_if_asked(input: &[u8]) {
         if input.starts_with(PANIC) {
