@@ -642,9 +642,22 @@ impl Worker {
     }
 
     /// Enters the kernel to submit what is queued and take the
-    /// completions it deferred, without waiting.
+    /// completions it deferred, without waiting. A ring without the
+    /// cheapest mode (an older kernel, which may not take a timeout with
+    /// its entry) has its completions posted without an entry: submitting
+    /// is enough.
     fn enter(&mut self, no_wait: &types::SubmitArgs<'_, '_>) {
-        while !entry_ends(self.ring.submitter().submit_with_args(0, no_wait)) {}
+        let deferred = self.ring.params().is_setup_single_issuer();
+        loop {
+            let entered = if deferred {
+                self.ring.submitter().submit_with_args(0, no_wait)
+            } else {
+                self.ring.submit()
+            };
+            if entry_ends(entered) {
+                return;
+            }
+        }
     }
 
     /// Whether the kernel has switched this thread out for another since
