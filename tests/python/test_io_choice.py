@@ -159,6 +159,9 @@ IDLE_CPU_SECONDS_MAX = 0.25
 
 def test_an_idle_server_stops_polling_and_sleeps(servers: ServerFactory, tmp_path: Path) -> None:
     server = start(servers, tmp_path, [], refuse_rings=False)
+    # Only rings poll: where the kernel refuses them this checks epoll.
+    want_io = "uring" if kernel_allows_io_uring() else "epoll"
+    assert settings(server)["larder_io"] == want_io
     assert settings(server)["larder_idle_poll_us"] == "50"
     with socket.create_connection(server.address, timeout=10) as idle_client:
         for _ in range(200):

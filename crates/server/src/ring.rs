@@ -551,33 +551,20 @@ impl Worker {
     }
 
     /// Submits what is queued and waits for at least one completion,
-    /// telling the engine first if this thread has nothing else to do; with
+    /// telling the engine first if this thread has nothing else to do and
+    /// polling before it sleeps ([`Worker::poll_before_sleeping`]); with
     /// connections ready to serve or completions set aside, only submits.
     fn wait(&mut self) {
         let idle =
             self.ready.is_empty() && self.set_aside.is_empty() && self.ring.completion().is_empty();
-        if idle {
-            if let Some(signal) = &self.idle {
-                signal.report();
-            }
-            if self.poll_before_sleeping() {
-                return;
-            }
+        if !idle {
+            return self.enter();
         }
-        // With completions deferred to the thread's own entries (the
-        // cheapest mode), even a round that must not wait asks for them,
-        // with a zero timeout, or other connections' would stay unseen.
-        let now = types::Timespec::new();
-        let no_wait = types::SubmitArgs::new().timespec(&now);
-        loop {
-            let entered = match (idle, self.ring.params().is_setup_single_issuer()) {
-                (true, _) => self.ring.submit_and_wait(1),
-                (false, true) => self.ring.submitter().submit_with_args(1, &no_wait),
-                (false, false) => self.ring.submit(),
-            };
-            if entry_ends(entered) {
-                return;
-            }
+        if let Some(signal) = &self.idle {
+            signal.report();
+        }
+        if !self.poll_before_sleeping() {
+            while !entry_ends(self.ring.submit_and_wait(1)) {}
         }
     }
 
@@ -600,8 +587,6 @@ impl Worker {
         if window.is_zero() || self.poll_paused_until.is_some_and(|until| start < until) {
             return false;
         }
-        let zero = types::Timespec::new();
-        let no_wait = types::SubmitArgs::new().timespec(&zero);
         let mut enter = true;
         let mut last = start;
         let mut offered: Option<Instant> = None;
@@ -611,7 +596,7 @@ impl Worker {
             // first round enters anyway, to submit what is queued.
             if enter || self.ring.submission().taskrun() {
                 enter = false;
-                self.enter(&no_wait);
+                self.enter();
                 last = Instant::now();
             }
             if !self.ring.completion().is_empty() {
@@ -642,15 +627,19 @@ impl Worker {
     }
 
     /// Enters the kernel to submit what is queued and take the
-    /// completions it deferred, without waiting. A ring without the
-    /// cheapest mode (an older kernel, which may not take a timeout with
-    /// its entry) has its completions posted without an entry: submitting
-    /// is enough.
-    fn enter(&mut self, no_wait: &types::SubmitArgs<'_, '_>) {
+    /// completions it deferred, without waiting. With completions deferred
+    /// to the thread's own entries (the cheapest mode) they must be asked
+    /// for, with a zero timeout, or other connections' would stay unseen;
+    /// a ring without that mode (an older kernel, which may not take a
+    /// timeout with its entry) has them posted without an entry, and
+    /// submitting is enough.
+    fn enter(&mut self) {
+        let zero = types::Timespec::new();
+        let no_wait = types::SubmitArgs::new().timespec(&zero);
         let deferred = self.ring.params().is_setup_single_issuer();
         loop {
             let entered = if deferred {
-                self.ring.submitter().submit_with_args(0, no_wait)
+                self.ring.submitter().submit_with_args(0, &no_wait)
             } else {
                 self.ring.submit()
             };
