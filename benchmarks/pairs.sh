@@ -2,9 +2,9 @@
 # Alternating pairs: two servers (or two builds of Larder) measured one after
 # the other on one cell, again and again, so that a small difference can be
 # told from this machine's drift. Gives the median of the per-pair ratios
-# B/A, each side's server CPU per request and the CPU the host stole; for a
-# Larder, also the bytes compaction wrote per byte logged and its compactor
-# thread's CPU per request.
+# B/A of throughput and of p99, each side's server CPU per request and the
+# CPU the host stole; for a Larder, also the bytes compaction wrote per byte
+# logged and its compactor thread's CPU per request.
 #
 # Usage: A=SPEC B=SPEC benchmarks/pairs.sh          (see BENCHMARKS.md)
 #

@@ -131,6 +131,7 @@ def build(results_dir: Path) -> dict:
             "A": a,
             "B": b,
             "ratio_b_to_a": b["ops_per_second"] / a["ops_per_second"],
+            "p99_ratio_b_to_a": b["p99_us"] / a["p99_us"] if a["p99_us"] > 0 else None,
         })
     if not pairs:
         raise SystemExit(f"no complete pairs under {raw}")
@@ -141,6 +142,13 @@ def build(results_dir: Path) -> dict:
         "b_ahead_in": sum(r > 1 for r in ratios),
         "at_equal_steal": ratio_at_equal_steal(pairs),
     }
+    # Each pair's two p99s were measured minutes apart at most, so their
+    # ratio is steadier than the ratio of each side's median p99.
+    p99_ratios = [p["p99_ratio_b_to_a"] for p in pairs if p["p99_ratio_b_to_a"] is not None]
+    if p99_ratios:
+        summary["p99_ratio_b_to_a"] = spread(p99_ratios)
+        summary["b_p99_lower_in"] = sum(r < 1 for r in p99_ratios)
+        summary["p99_pairs"] = len(p99_ratios)
     for side in ("A", "B"):
         summary[side] = {
             "ops_per_second": spread([p[side]["ops_per_second"] for p in pairs]),
@@ -172,19 +180,22 @@ def markdown(doc: dict) -> str:
         "measured rate (connecting and closing make it read slightly high). Stolen: the percent of "
         "all vCPUs' time during the run that the host gave to something else (`steal` in /proc/stat).",
         "",
-        "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | A CPU µs/req | B CPU µs/req "
-        "| A stolen % | B stolen % |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| pair | order | A ops/s | B ops/s | B / A | A p99 µs | B p99 µs | p99 B / A | A CPU µs/req "
+        "| B CPU µs/req | A stolen % | B stolen % |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def one_decimal(value):
         return f"{value:.1f}" if value is not None else "n/a"
 
+    def ratio_text(value):
+        return f"{value:.3f}x" if value is not None else "n/a"
+
     for p in doc["pairs"]:
         a, b = p["A"], p["B"]
         md.append(f"| {p['pair']} | {p['order']} | {a['ops_per_second']:,.0f} | {b['ops_per_second']:,.0f} "
                   f"| {p['ratio_b_to_a']:.3f}x | {a['p99_us']:,.0f} | {b['p99_us']:,.0f} "
-                  f"| {one_decimal(a['server_cpu_us_per_request'])} | {one_decimal(b['server_cpu_us_per_request'])} "
+                  f"| {ratio_text(p.get('p99_ratio_b_to_a'))} | {one_decimal(a['server_cpu_us_per_request'])} | {one_decimal(b['server_cpu_us_per_request'])} "
                   f"| {one_decimal(a.get('host_steal_percent'))} | {one_decimal(b.get('host_steal_percent'))} |")
     r = s["ratio_b_to_a"]
     with_errors = [f"pair {p['pair']} {side}" for p in doc["pairs"] for side in ("A", "B") if p[side]["errors"]]
@@ -203,6 +214,12 @@ def markdown(doc: dict) -> str:
         f"B ahead in {s['b_ahead_in']} of {s['pairs']}).",
         "",
     ]
+    if q := s.get("p99_ratio_b_to_a"):
+        md += [
+            f"**p99 B / A: {q['median']:.3f}x** (median of the pairs' p99 ratios; min {q['min']:.3f}x, "
+            f"max {q['max']:.3f}x; B's p99 lower in {s['b_p99_lower_in']} of {s['p99_pairs']}).",
+            "",
+        ]
     if eq := s.get("at_equal_steal"):
         correlation = f"{eq['correlation']:.2f}" if eq["correlation"] is not None else "n/a"
         md += [

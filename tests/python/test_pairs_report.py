@@ -55,14 +55,15 @@ def test_no_fit_without_the_figures_with_too_few_pairs_or_one_difference():
     assert ratio_at_equal_steal(same_difference) is None
 
 
-def write_run(raw: Path, name: str, ops: float, stolen: float, waited: str = "1 quiet") -> None:
+def write_run(raw: Path, name: str, ops: float, stolen: float, waited: str = "1 quiet",
+              p99_us: float = 900.0) -> None:
     """One side of a pair as pairs.sh leaves it: larder bench's JSON, the
     server's CPU seconds, the stolen CPU and the wait after the preload."""
     bench = {
         "ops_per_second": ops,
         "measured_seconds": 4.0,
         "settings": {"warmup_seconds": 0.5},
-        "latency": {"all": {"p50_us": 100.0, "p99_us": 900.0}},
+        "latency": {"all": {"p50_us": 100.0, "p99_us": p99_us}},
         "errors": 0,
     }
     (raw / f"{name}.json").write_text(json.dumps(bench))
@@ -88,6 +89,40 @@ def test_the_report_shows_the_fit_next_to_the_median(tmp_path):
     assert "-2.0% per point" in text
     assert "| 1 | unknown | 10,000 |" in text and text.count("| 2.0 | 12.0 |") == 1
     assert "**Measured while the machine was still busy after the preload**: pair 3 B." in text
+
+
+def test_the_report_gives_the_median_of_the_pairs_p99_ratios(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    # Pair by pair B's p99 is 0.8x, 1.2x, 0.9x, 1.25x and 0.7x A's, while A's
+    # own p99 wanders from pair to pair.
+    p99s = [(1000.0, 800.0), (2000.0, 2400.0), (1000.0, 900.0), (2000.0, 2500.0), (3000.0, 2100.0)]
+    for n, (a, b) in enumerate(p99s, start=1):
+        write_run(raw, f"pair{n}-A", 10_000.0, 1.0, p99_us=a)
+        write_run(raw, f"pair{n}-B", 11_000.0, 1.0, p99_us=b)
+    doc = build(tmp_path)
+    summary = doc["summary"]
+    assert summary["p99_ratio_b_to_a"]["median"] == pytest.approx(0.9)
+    assert summary["p99_ratio_b_to_a"]["min"] == pytest.approx(0.7)
+    assert summary["p99_ratio_b_to_a"]["max"] == pytest.approx(1.25)
+    assert summary["b_p99_lower_in"] == 3
+    text = markdown(doc)
+    assert "**p99 B / A: 0.900x** (median of the pairs' p99 ratios; min 0.700x, max 1.250x; " \
+        "B's p99 lower in 3 of 5)." in text
+    assert "| 2,000 | 2,500 | 1.250x |" in text
+    # The sides' own medians (2,000 and 2,100 µs) would have said 1.05x.
+    assert summary["B"]["p99_us"]["median"] / summary["A"]["p99_us"]["median"] == pytest.approx(1.05)
+
+
+def test_a_pair_whose_a_side_has_no_p99_gives_no_p99_ratio(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_run(raw, "pair1-A", 10_000.0, 1.0, p99_us=0.0)
+    write_run(raw, "pair1-B", 10_000.0, 1.0)
+    doc = build(tmp_path)
+    assert "p99_ratio_b_to_a" not in doc["summary"]
+    text = markdown(doc)
+    assert "p99 B / A:" not in text and "| 0 | 900 | n/a |" in text
 
 
 def write_stats(raw: Path, name: str, logged: int, compacted: int) -> None:
