@@ -142,8 +142,11 @@ def build(results_dir: Path) -> dict:
         "b_ahead_in": sum(r > 1 for r in ratios),
         "at_equal_steal": ratio_at_equal_steal(pairs),
     }
-    # Each pair's two p99s were measured minutes apart at most, so their
-    # ratio is steadier than the ratio of each side's median p99.
+    # Each pair's p99 ratio and how many pairs B's p99 was the lower in.
+    # Not steadier than the sides' own median p99s: a run's p99 varies as
+    # much from one run to the next as over an hour, so a pair's two p99s
+    # are hardly related (in 23 sets of pairs, their ratio spread less
+    # than each side's p99 in 4).
     p99_ratios = [p["p99_ratio_b_to_a"] for p in pairs if p["p99_ratio_b_to_a"] is not None]
     if p99_ratios:
         summary["p99_ratio_b_to_a"] = spread(p99_ratios)

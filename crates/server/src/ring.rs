@@ -203,7 +203,7 @@ fn build_ring(connections: usize) -> std::io::Result<IoUring> {
         .unwrap_or(u32::MAX)
         .clamp(2 * RING_SUBMISSIONS, RING_COMPLETIONS_MAX);
     // Single issuer comes with deferred completions here (both Linux
-    // 6.1), so [`Worker::wait`] tells the mode by the first.
+    // 6.1), so [`Worker::enter`] tells the mode by the first.
     IoUring::builder()
         .setup_cqsize(completions)
         .setup_coop_taskrun()
