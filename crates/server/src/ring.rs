@@ -116,6 +116,11 @@ impl Rings {
     /// Each sets up its own ring: the kernel's cheapest mode lets only the
     /// thread that made a ring submit to it.
     pub(crate) fn start(count: usize, shared: &Arc<Shared>) -> std::io::Result<Rings> {
+        Rings::start_on(count, shared, build_ring)
+    }
+
+    /// [`Rings::start`] with each ring set up by `build`.
+    fn start_on(count: usize, shared: &Arc<Shared>, build: RingSetup) -> std::io::Result<Rings> {
         let idle = shared.engine.idle_signal();
         // Connections are handed out in turn, but close in any order: one
         // thread may hold them all.
@@ -129,7 +134,7 @@ impl Rings {
             let handle = std::thread::Builder::new()
                 .name(format!("larder-ring-{index}"))
                 .spawn(move || {
-                    let ring = match build_ring(connections) {
+                    let ring = match build(connections) {
                         Ok(ring) => ring,
                         Err(error) => {
                             let _ = ready.send(Err(error));
@@ -189,33 +194,50 @@ impl Rings {
     }
 }
 
+/// What sets up a ring for a thread that may serve up to so many
+/// connections.
+type RingSetup = fn(usize) -> std::io::Result<IoUring>;
+
 /// Sets up a ring for a thread that may serve up to `connections`
-/// connections: room in the queue of completions for each one's
-/// operations in flight at once (at most five: a receive or a send, its
-/// timeout, and the cancels of closing), up to the kernel's ceiling, past
-/// which the kernel keeps completions aside rather than drop them. Asks for
-/// the kernel's cheapest mode (completions reaped only by the one thread
-/// that submits, when it enters the kernel) where the kernel has it, with
-/// a flag in the ring's memory saying when some wait for an entry, which
-/// an idle poll reads ([`Worker::poll_before_sleeping`]).
+/// connections, in the kernel's cheapest mode where it has it
+/// ([`cheapest_ring`]), else as older kernels can ([`plain_ring`]).
 fn build_ring(connections: usize) -> std::io::Result<IoUring> {
-    let completions = u32::try_from(connections.saturating_mul(5))
-        .unwrap_or(u32::MAX)
-        .clamp(2 * RING_SUBMISSIONS, RING_COMPLETIONS_MAX);
+    cheapest_ring(connections).or_else(|_| plain_ring(connections))
+}
+
+/// A ring in the kernel's cheapest mode (Linux 6.1 on): completions
+/// reaped only by the one thread that submits, when it enters the kernel,
+/// with a flag in the ring's memory saying when some wait for an entry,
+/// which an idle poll reads ([`Worker::poll_before_sleeping`]).
+fn cheapest_ring(connections: usize) -> std::io::Result<IoUring> {
     // Single issuer comes with deferred completions here (both Linux
     // 6.1), so [`Worker::enter`] tells the mode by the first.
     IoUring::builder()
-        .setup_cqsize(completions)
+        .setup_cqsize(completion_room(connections))
         .setup_coop_taskrun()
         .setup_taskrun_flag()
         .setup_single_issuer()
         .setup_defer_taskrun()
         .build(RING_SUBMISSIONS)
-        .or_else(|_| {
-            IoUring::builder()
-                .setup_cqsize(completions)
-                .build(RING_SUBMISSIONS)
-        })
+}
+
+/// A ring as kernels before 6.1 have it: the kernel posts completions as
+/// operations finish, whichever thread is running.
+fn plain_ring(connections: usize) -> std::io::Result<IoUring> {
+    IoUring::builder()
+        .setup_cqsize(completion_room(connections))
+        .build(RING_SUBMISSIONS)
+}
+
+/// Room in a ring's queue of completions for each of `connections`
+/// connections' operations in flight at once (at most five: a receive or
+/// a send, its timeout, and the cancels of closing), up to the kernel's
+/// ceiling, past which the kernel keeps completions aside rather than
+/// drop them.
+fn completion_room(connections: usize) -> u32 {
+    u32::try_from(connections.saturating_mul(5))
+        .unwrap_or(u32::MAX)
+        .clamp(2 * RING_SUBMISSIONS, RING_COMPLETIONS_MAX)
 }
 
 /// What other threads tell a ring thread: new connections, commits the
@@ -1130,31 +1152,97 @@ mod tests {
         );
     }
 
+    /// Both ways of setting up a ring: the cheapest where this kernel
+    /// has it (Linux 6.1 on), and the plain one older kernels fall back
+    /// to, which a newer kernel serves too.
+    fn setups() -> [(&'static str, RingSetup); 2] {
+        [("cheapest", cheapest_ring), ("plain", plain_ring)]
+    }
+
+    #[test]
+    fn the_two_ring_setups_are_the_two_modes_that_worker_enter_tells_apart() {
+        assert!(cheapest_ring(8).unwrap().params().is_setup_single_issuer());
+        assert!(!plain_ring(8).unwrap().params().is_setup_single_issuer());
+        assert_eq!(completion_room(0), 2 * RING_SUBMISSIONS);
+        assert_eq!(completion_room(usize::MAX), RING_COMPLETIONS_MAX);
+    }
+
+    #[test]
+    fn each_ring_setup_serves_commits_woken_by_a_sync_and_replies_larger_than_the_socket() {
+        for (name, setup) in setups() {
+            // No sync thread: a commit under `always` waits until this
+            // test syncs, and the engine wakes it through the mailbox.
+            let shared = Shared::on_memory(&MemFs::new(), Durability::Always);
+            let rings = Rings::start_on(1, &shared, setup).unwrap();
+            let (mut client, _) = connect(&rings, &shared);
+            let stop = Arc::new(AtomicBool::new(false));
+            let syncer = {
+                let (engine, stop) = (Arc::clone(&shared.engine), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        engine.sync().unwrap();
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                })
+            };
+            call(&mut client, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+
+            // Eight copies of a 256 KiB value in one reply: far more than
+            // a socket takes at once, so the ring sends it in parts.
+            let value: Vec<u8> = (0..256 << 10).map(|i| b'a' + (i % 26) as u8).collect();
+            let mut set = format!("set big 0 0 {}\r\n", value.len()).into_bytes();
+            set.extend_from_slice(&value);
+            set.extend_from_slice(b"\r\n");
+            call(&mut client, &set, b"STORED\r\n");
+            let mut reply = Vec::new();
+            for _ in 0..8 {
+                reply.extend_from_slice(format!("VALUE big 0 {}\r\n", value.len()).as_bytes());
+                reply.extend_from_slice(&value);
+                reply.extend_from_slice(b"\r\n");
+            }
+            reply.extend_from_slice(b"END\r\n");
+            client
+                .write_all(b"get big big big big big big big big\r\n")
+                .unwrap();
+            let mut got = vec![0; reply.len()];
+            client.read_exact(&mut got).unwrap();
+            assert!(got == reply, "{name}: the large reply came back altered");
+
+            call(&mut client, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+            stop.store(true, Ordering::Relaxed);
+            syncer.join().unwrap();
+            rings.stop();
+            rings.cut_and_join();
+        }
+    }
+
     #[test]
     fn a_panic_handling_requests_closes_that_connection_and_the_ring_serves_the_others() {
-        let shared = Shared::on_memory(&MemFs::new(), Durability::EverySec);
-        let rings = Rings::start(1, &shared).unwrap();
-        let (mut kept, _) = connect(&rings, &shared);
-        let (mut panicking, mut dropped) = connect(&rings, &shared);
-        call(&mut kept, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+        for (name, setup) in setups() {
+            let shared = Shared::on_memory(&MemFs::new(), Durability::EverySec);
+            let rings = Rings::start_on(1, &shared, setup).unwrap();
+            let (mut kept, _) = connect(&rings, &shared);
+            let (mut panicking, mut dropped) = connect(&rings, &shared);
+            call(&mut kept, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
 
-        panicking.write_all(PANIC).unwrap();
-        let mut rest = Vec::new();
-        assert_eq!(panicking.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while dropped.try_recv() == Err(oneshot::error::TryRecvError::Empty) {
-            assert!(
-                Instant::now() < deadline,
-                "the connection was never dropped"
-            );
-            std::thread::sleep(Duration::from_millis(5));
+            panicking.write_all(PANIC).unwrap();
+            let mut rest = Vec::new();
+            assert_eq!(panicking.read_to_end(&mut rest).unwrap(), 0, "{rest:?}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while dropped.try_recv() == Err(oneshot::error::TryRecvError::Empty) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: the connection was never dropped"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(shared.stats.curr_connections.load(Ordering::Relaxed), 1);
+
+            call(&mut kept, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+            let (mut later, _) = connect(&rings, &shared);
+            call(&mut later, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+            rings.stop();
+            rings.cut_and_join();
         }
-        assert_eq!(shared.stats.curr_connections.load(Ordering::Relaxed), 1);
-
-        call(&mut kept, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
-        let (mut later, _) = connect(&rings, &shared);
-        call(&mut later, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
-        rings.stop();
-        rings.cut_and_join();
     }
 }
