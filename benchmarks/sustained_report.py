@@ -18,6 +18,15 @@ Targets:
   layout, crates/engine/src/record.rs). The server's own `larder_live_bytes`
   is shown beside it as a cross-check.
 
+Trend: a straight line fitted to the intervals' rates (least squares
+against each interval's middle), read at the middles of the first and last
+windows, with its slope per 10 minutes and two standard errors of the
+slope. The errors take the intervals as independent; a host whose speed
+wanders over minutes makes neighbouring intervals alike, so the real
+uncertainty is larger. Beside the target, which compares two windows, it
+tells a drift through the whole run from two windows that happened to
+differ.
+
 CPU: where samples.jsonl carries CPU ticks (the machine's from /proc/stat,
 the server's and the load generator's from /proc/PID/stat), each interval
 gets the vCPUs that the server, the load generator and the host's steal took
@@ -105,6 +114,37 @@ def throughput_target(intervals: list[dict], duration: float) -> dict:
             f"first {fmt_ops(first['ops_per_second'])} ops/s, last {fmt_ops(last['ops_per_second'])} ops/s "
             f"({ratio:.3f}x)" if ratio is not None else "no requests in the first window"
         ),
+    }
+
+
+def throughput_trend(intervals: list[dict], window: float, duration: float) -> dict | None:
+    """The least-squares line through the intervals' rates against their
+    middles: its rate at the middles of the first and last windows of
+    `window` seconds, their ratio, and its slope per 10 minutes with two
+    standard errors, both as a share of the mean rate. None with fewer than
+    three intervals or no spread in time."""
+    points = [((i["start_seconds"] + i["end_seconds"]) / 2, i["ops_per_second"]) for i in intervals]
+    n = len(points)
+    if n < 3:
+        return None
+    mean_t = sum(t for t, _ in points) / n
+    mean_rate = sum(r for _, r in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    if sxx <= 0 or mean_rate <= 0:
+        return None
+    slope = sum((t - mean_t) * (r - mean_rate) for t, r in points) / sxx
+    residuals = [r - (mean_rate + slope * (t - mean_t)) for t, r in points]
+    slope_se = math.sqrt(sum(e * e for e in residuals) / (n - 2) / sxx)
+    first = mean_rate + slope * (window / 2 - mean_t)
+    last = mean_rate + slope * (duration - window / 2 - mean_t)
+    per_10_min = 600.0 / mean_rate
+    return {
+        "intervals": n,
+        "first_ops_per_second": first,
+        "last_ops_per_second": last,
+        "ratio": last / first if first > 0 else None,
+        "slope_share_per_10_minutes": slope * per_10_min,
+        "slope_share_per_10_minutes_2se": 2 * slope_se * per_10_min,
     }
 
 
@@ -385,6 +425,7 @@ def build(results_dir: Path, name: str) -> dict:
     server_live = [s["larder_live_bytes"] for s in samples if s.get("larder_live_bytes") is not None]
     ticks_per_second = float(machine.get("clock_ticks_per_second", "100"))
     cpu = cpu_by_interval(intervals, samples, ticks_per_second)
+    throughput = throughput_target(intervals, duration)
     for interval, figures in zip(intervals, cpu):
         interval["cpu"] = figures
     return {
@@ -409,7 +450,8 @@ def build(results_dir: Path, name: str) -> dict:
         "intervals": intervals,
         "slow_intervals": slow_interval_summary(intervals, cpu),
         "samples": samples,
-        "targets": [throughput_target(intervals, duration), disk_target(samples, live)],
+        "targets": [throughput, disk_target(samples, live)],
+        "trend": throughput_trend(intervals, throughput["window_seconds"], duration),
     }
 
 
@@ -435,6 +477,7 @@ def markdown(doc: dict, name: str) -> str:
     if ratio is not None and ratio > 1 + THROUGHPUT_TOLERANCE:
         md += ["", "The throughput target is missed because the last window was *faster* than the first, "
                    "not slower."]
+    md += trend_markdown(doc.get("trend"), doc["targets"][0]["window_seconds"])
     md += [
         "",
         f"Live data is defined as KEYS x record size = {live['bytes']:,} bytes ({fmt_bytes(live['bytes'])}): "
@@ -514,6 +557,20 @@ def markdown(doc: dict, name: str) -> str:
         )
     md.append("")
     return "\n".join(md)
+
+
+def trend_markdown(trend: dict | None, window: float) -> list[str]:
+    if trend is None:
+        return []
+    return [
+        "",
+        f"Trend: a straight line fitted to the {trend['intervals']} intervals' rates (least squares) runs from "
+        f"{fmt_ops(trend['first_ops_per_second'])} ops/s at the middle of the first {window:g} s to "
+        f"{fmt_ops(trend['last_ops_per_second'])} at the middle of the last ({trend['ratio']:.3f}x), a slope of "
+        f"{100 * trend['slope_share_per_10_minutes']:+.1f}% of the mean rate per 10 minutes, "
+        f"± {100 * trend['slope_share_per_10_minutes_2se']:.1f}% (two standard errors, taking the intervals as "
+        "independent; a host whose speed wanders over minutes makes the real uncertainty larger).",
+    ]
 
 
 def slow_interval_markdown(summary: dict | None) -> list[str]:

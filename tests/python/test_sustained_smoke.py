@@ -119,6 +119,11 @@ def test_sustained_writes_script_produces_consistent_results(tmp_path: Path) -> 
     assert len(doc["targets"]) == 2 and all(isinstance(t["met"], bool) for t in doc["targets"])
     assert doc["targets"][0]["ratio"] > 0
     assert "## Targets" in md and "KEYS x record size" in md
+    # Three intervals are enough for a line and its error.
+    trend = doc["trend"]
+    assert trend["intervals"] == 3 and trend["first_ops_per_second"] > 0 and trend["last_ops_per_second"] > 0, trend
+    assert trend["slope_share_per_10_minutes_2se"] >= 0, trend
+    assert "Trend: a straight line fitted to the 3 intervals' rates" in md
     assert md.count("| yes |") + md.count("| **no** |") == 2, md
     assert "- nproc: " in md and "- memory: " in md
     assert "--interval 2s" in md and "--durability everysec" in md
