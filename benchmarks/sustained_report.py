@@ -122,7 +122,8 @@ def throughput_trend(intervals: list[dict], window: float, duration: float) -> d
     middles: its rate at the middles of the first and last windows of
     `window` seconds, their ratio, and its slope per 10 minutes with two
     standard errors, both as a share of the mean rate. None with fewer than
-    three intervals or no spread in time."""
+    three intervals, no spread in time, no requests, or a line that is not
+    above zero at the first window's middle (no ratio to give)."""
     points = [((i["start_seconds"] + i["end_seconds"]) / 2, i["ops_per_second"]) for i in intervals]
     n = len(points)
     if n < 3:
@@ -137,12 +138,14 @@ def throughput_trend(intervals: list[dict], window: float, duration: float) -> d
     slope_se = math.sqrt(sum(e * e for e in residuals) / (n - 2) / sxx)
     first = mean_rate + slope * (window / 2 - mean_t)
     last = mean_rate + slope * (duration - window / 2 - mean_t)
+    if first <= 0:
+        return None
     per_10_min = 600.0 / mean_rate
     return {
         "intervals": n,
         "first_ops_per_second": first,
         "last_ops_per_second": last,
-        "ratio": last / first if first > 0 else None,
+        "ratio": last / first,
         "slope_share_per_10_minutes": slope * per_10_min,
         "slope_share_per_10_minutes_2se": 2 * slope_se * per_10_min,
     }

@@ -49,7 +49,9 @@ def test_scattered_rates_give_the_slope_and_its_standard_error_by_hand():
     assert "(1.095x), a slope of +272.7% of the mean rate per 10 minutes, ± 944.8% (two standard errors" in text, text
 
 
-def test_no_trend_from_fewer_than_three_intervals_or_no_requests():
+def test_no_trend_from_fewer_than_three_intervals_no_requests_or_a_line_below_zero_at_the_start():
     assert throughput_trend(intervals([5.0, 6.0]), 10.0, 20.0) is None
     assert throughput_trend(intervals([0.0, 0.0, 0.0]), 10.0, 30.0) is None
+    # Rates 0, 0, 100: the line is -16.7 at 5 s, so there is no ratio.
+    assert throughput_trend(intervals([0.0, 0.0, 100.0]), 10.0, 30.0) is None
     assert trend_markdown(None, 60.0) == []
