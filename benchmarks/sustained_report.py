@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from html import escape
 from pathlib import Path
@@ -124,20 +125,21 @@ def throughput_trend(intervals: list[dict], window: float, duration: float) -> d
     standard errors, both as a share of the mean rate. None with fewer than
     three intervals, no spread in time, no requests, or a line that is not
     above zero at the first window's middle (no ratio to give)."""
-    points = [((i["start_seconds"] + i["end_seconds"]) / 2, i["ops_per_second"]) for i in intervals]
-    n = len(points)
-    if n < 3:
+    times = [(i["start_seconds"] + i["end_seconds"]) / 2 for i in intervals]
+    rates = [i["ops_per_second"] for i in intervals]
+    n = len(times)
+    if n < 3 or len(set(times)) < 2:
         return None
-    mean_t = sum(t for t, _ in points) / n
-    mean_rate = sum(r for _, r in points) / n
-    sxx = sum((t - mean_t) ** 2 for t, _ in points)
-    if sxx <= 0 or mean_rate <= 0:
+    mean_rate = statistics.fmean(rates)
+    if mean_rate <= 0:
         return None
-    slope = sum((t - mean_t) * (r - mean_rate) for t, r in points) / sxx
-    residuals = [r - (mean_rate + slope * (t - mean_t)) for t, r in points]
+    slope, intercept = statistics.linear_regression(times, rates)
+    mean_t = statistics.fmean(times)
+    sxx = sum((t - mean_t) ** 2 for t in times)
+    residuals = [r - (intercept + slope * t) for t, r in zip(times, rates)]
     slope_se = math.sqrt(sum(e * e for e in residuals) / (n - 2) / sxx)
-    first = mean_rate + slope * (window / 2 - mean_t)
-    last = mean_rate + slope * (duration - window / 2 - mean_t)
+    first = intercept + slope * window / 2
+    last = intercept + slope * (duration - window / 2)
     if first <= 0:
         return None
     per_10_min = 600.0 / mean_rate
