@@ -1184,6 +1184,19 @@ mod tests {
         setups
     }
 
+    /// One ring thread on each of [`setups`], each serving its own
+    /// engine on memory with `durability`; started one at a time, as the
+    /// caller goes through them.
+    fn one_ring_each_setup(
+        durability: Durability,
+    ) -> impl Iterator<Item = (&'static str, Arc<Shared>, Rings)> {
+        setups().into_iter().map(move |(name, setup)| {
+            let shared = Shared::on_memory(&MemFs::new(), durability);
+            let rings = Rings::start_on(1, &shared, setup).unwrap();
+            (name, shared, rings)
+        })
+    }
+
     #[test]
     fn the_two_ring_setups_are_the_two_modes_that_worker_enter_tells_apart() {
         if let Ok(ring) = cheapest_ring(8) {
@@ -1196,11 +1209,9 @@ mod tests {
 
     #[test]
     fn each_ring_setup_serves_commits_woken_by_a_sync_and_replies_larger_than_the_socket() {
-        for (name, setup) in setups() {
-            // Under `always` a commit waits for the engine's sync thread,
-            // which wakes it through the ring thread's mailbox.
-            let shared = Shared::on_memory(&MemFs::new(), Durability::Always);
-            let rings = Rings::start_on(1, &shared, setup).unwrap();
+        // Under `always` a commit waits for the engine's sync thread,
+        // which wakes it through the ring thread's mailbox.
+        for (name, shared, rings) in one_ring_each_setup(Durability::Always) {
             let (mut client, _) = connect(&rings, &shared);
             call(&mut client, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
 
@@ -1233,9 +1244,7 @@ mod tests {
 
     #[test]
     fn a_panic_handling_requests_closes_that_connection_and_the_ring_serves_the_others() {
-        for (name, setup) in setups() {
-            let shared = Shared::on_memory(&MemFs::new(), Durability::EverySec);
-            let rings = Rings::start_on(1, &shared, setup).unwrap();
+        for (name, shared, rings) in one_ring_each_setup(Durability::EverySec) {
             let (mut kept, _) = connect(&rings, &shared);
             let (mut panicking, mut dropped) = connect(&rings, &shared);
             call(&mut kept, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
