@@ -35,7 +35,8 @@ def run_compare(tmp_path, **settings) -> Path:
     results = tmp_path / "results"
     defaults = dict(
         RUNS="1",
-        DURATION="1s",
+        # Long enough for every server to spend CPU time /proc counts.
+        DURATION="500ms",
         WARMUP="200ms",
         KEYS="2000",
         INSTALL="0",
@@ -379,7 +380,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
         "WORKLOAD": "set",
         "CONNS": "4",
         "KEYS": "2000",
-        "DURATION": "1s",
+        "DURATION": "500ms",
         "WARMUP": "200ms",
         "INSTALL": "0",
         "SETTLE_SECONDS_MAX": "3",
