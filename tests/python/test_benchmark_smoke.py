@@ -35,7 +35,10 @@ def run_compare(tmp_path, **settings) -> Path:
     results = tmp_path / "results"
     defaults = dict(
         RUNS="1",
-        # Long enough for every server to spend CPU time /proc counts.
+        # Enough for the CPU checks below: /proc counts in 10 ms ticks, and
+        # the reading spans warm-up and measured time, 0.7 s, in which the
+        # least busy cell (larder-always sets, one in flight) costs its
+        # server some 30 ticks.
         DURATION="500ms",
         WARMUP="200ms",
         KEYS="2000",
@@ -82,8 +85,8 @@ def test_compare_script_measures_every_cell(tmp_path):
             stolen = figures["host_steal_percent"]
             assert stolen is not None and len(stolen["all"]) == 1, where
             assert 0 <= stolen["max"] <= 100, where
-            # A second of requests costs any server some hundredths of a
-            # second of CPU, which /proc counts; only a Larder has a compactor.
+            # Every server spends some ticks of CPU in a run (see
+            # run_compare); only a Larder has a compactor.
             cpu = figures["server_cpu_us_per_request"]
             assert cpu is not None and cpu["median"] > 0, where
             compactor = figures["compactor_cpu_us_per_request"]
@@ -380,6 +383,7 @@ def test_pairs_script_alternates_two_builds_and_reports_their_ratio(tmp_path):
         "WORKLOAD": "set",
         "CONNS": "4",
         "KEYS": "2000",
+        # As in run_compare: enough for the server's CPU reading.
         "DURATION": "500ms",
         "WARMUP": "200ms",
         "INSTALL": "0",
