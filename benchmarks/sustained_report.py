@@ -134,8 +134,7 @@ def throughput_trend(intervals: list[dict], window: float, duration: float) -> d
     if mean_rate <= 0:
         return None
     slope, intercept = statistics.linear_regression(times, rates)
-    mean_t = statistics.fmean(times)
-    sxx = sum((t - mean_t) ** 2 for t in times)
+    sxx = (n - 1) * statistics.variance(times)
     residuals = [r - (intercept + slope * t) for t, r in zip(times, rates)]
     slope_se = math.sqrt(sum(e * e for e in residuals) / (n - 2) / sxx)
     first = intercept + slope * window / 2
