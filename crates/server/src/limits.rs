@@ -33,6 +33,11 @@ pub const READ_BUFFER_BYTES_INITIAL: usize = 16 * 1024;
 /// cut short by the buffer's end, and a buffer that keeps being reused does
 /// not grow.
 pub const READ_ROOM_BYTES_MIN: usize = READ_BUFFER_BYTES_INITIAL / 4;
+/// Input a connection on a ring (`--io uring`) takes in while it is busy
+/// with a batch (committing it, sending its replies); beyond this, further
+/// input waits in the socket, as it does under tokio, which reads only
+/// between batches.
+pub const INPUT_WHILE_BUSY_BYTES_MAX: usize = READ_BUFFER_BYTES_INITIAL;
 /// Replies buffered before the connection stops processing requests and
 /// writes them out (a client that pipelines many large gets, or names many
 /// keys in one, cannot make the server buffer more than about this plus one
@@ -71,6 +76,14 @@ pub const RING_SUBMISSIONS: u32 = 1024;
 /// it the kernel keeps further ones aside, more slowly, rather than drop
 /// them.
 pub const RING_COMPLETIONS_MAX: u32 = 65536;
+/// Buffers a ring thread shares among its connections' multishot receives
+/// (a power of two), and each one's size: 2 MiB a ring thread. A receive
+/// takes one for each arrival, which goes back as soon as its bytes are
+/// copied into the connection's input, so they run short only when more
+/// connections than this have input in one round; those then receive
+/// again in the next.
+pub const RING_RECEIVE_BUFFERS: u16 = 512;
+pub const RING_RECEIVE_BUFFER_BYTES: usize = 4096;
 /// A ring thread yields its CPU at most this often while it has work. A
 /// busy ring thread finds completions waiting at each round and never
 /// sleeps, so a thread waiting for its CPU (a client on the same host, the
@@ -93,6 +106,7 @@ pub const IDLE_POLL_YIELD_EVERY: Duration = Duration::from_micros(10);
 pub const IDLE_POLL_PAUSE: Duration = Duration::from_millis(10);
 
 const _: () = assert!(READ_BUFFER_BYTES_INITIAL <= WRITE_BUFFER_BYTES_SOFT_MAX);
+const _: () = assert!(RING_RECEIVE_BUFFERS.is_power_of_two());
 const _: () =
     assert!(READ_ROOM_BYTES_MIN > 0 && READ_ROOM_BYTES_MIN <= READ_BUFFER_BYTES_INITIAL / 2);
 const _: () = assert!(CONNECTIONS_MAX_DEFAULT <= CONNECTIONS_MAX_CEILING);

@@ -23,12 +23,24 @@
 //!
 //! A connection's life, as in [`crate::connection`]: receive, parse and
 //! handle what came ([`Exchange::process`]), commit the batch's writes,
-//! send the replies, repeat. A receive waits without a timeout unless a
-//! request is partial; a reply is first sent with `MSG_DONTWAIT`, and only
-//! what the socket did not take waits, at most the write timeout
-//! ([`crate::ServerConfig::write_timeout`]). A commit
-//! that must wait for a sync (`always`) is polled again when the engine
-//! wakes it, through the ring thread's mailbox.
+//! send the replies, repeat. On a ring in the kernel's cheapest mode
+//! (Linux 6.1 on) a connection's receive stays armed from one request to
+//! the next (a multishot receive, into buffers the thread's connections
+//! share, see [`buffers`]): a request that comes costs the kernel no new
+//! receive to submit, none to try before the data is there, and no poll to
+//! arm. What comes while the connection is busy with a batch waits in its
+//! input, up to [`INPUT_WHILE_BUSY_BYTES_MAX`], past which its receive is
+//! cancelled until the batch is done, so that further input waits in the
+//! socket as it does under tokio. On older kernels each wait for input is
+//! a receive of its own, into the connection's input. A connection waiting
+//! for the rest of a partial request has a timer, which closes it if no
+//! byte comes within the partial-request timeout
+//! ([`crate::ServerConfig::partial_request_timeout`]) of any wait; a
+//! reply is first sent with `MSG_DONTWAIT`, and only what the socket did
+//! not take waits, at most the write timeout
+//! ([`crate::ServerConfig::write_timeout`]). A commit that must wait for
+//! a sync (`always`) is polled again when the engine wakes it, through the
+//! ring thread's mailbox.
 //!
 //! Accepting stays on tokio's runtime ([`crate::Server::run_until`]), which
 //! hands each connection to a ring thread in turn, with the guard that
@@ -37,19 +49,23 @@
 //! ring connections as it does tokio's.
 //!
 //! Memory the kernel reads or writes for an operation (a connection's
-//! input and output buffers, the bell's counter) stays put until that
-//! operation's completion has been seen: a connection is dropped only
-//! with no operation in flight, and a closing one cancels its own first.
+//! input and output buffers, its timers' times, the bell's counter, the
+//! shared receive buffers) stays put until that operation's completion has
+//! been seen: a connection is dropped only with no operation in flight,
+//! and a closing one cancels its own first; the receive buffers go after
+//! the ring.
 
 use crate::connection::{End, Exchange, Processed};
 use crate::limits::{
-    IDLE_POLL_GAP, IDLE_POLL_PAUSE, IDLE_POLL_YIELD_EVERY, RING_COMPLETIONS_MAX, RING_SUBMISSIONS,
+    IDLE_POLL_GAP, IDLE_POLL_PAUSE, IDLE_POLL_YIELD_EVERY, INPUT_WHILE_BUSY_BYTES_MAX,
+    RING_COMPLETIONS_MAX, RING_RECEIVE_BUFFERS, RING_RECEIVE_BUFFER_BYTES, RING_SUBMISSIONS,
     RING_YIELD_INTERVAL,
 };
 use crate::session::Shared;
 use crate::Open;
+use buffers::ReceiveBuffers;
 use bytes::BufMut;
-use io_uring::{opcode, squeue, types, IoUring};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use larder_engine::{CommitFuture, IdleSignal, Ticket};
 use parking_lot::Mutex;
 use std::future::Future;
@@ -60,6 +76,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+mod buffers;
 
 /// Whether this kernel lets the process set up a ring as large as a ring
 /// thread's for `connections` connections and has the operations the ring
@@ -141,8 +159,9 @@ impl Rings {
                             return;
                         }
                     };
+                    let buffers = receive_buffers(&ring);
                     let _ = ready.send(Ok(()));
-                    Worker::new(ring, mailbox_there, shared, idle).run();
+                    Worker::new(ring, buffers, mailbox_there, shared, idle).run();
                 })?;
             let outcome = started
                 .recv()
@@ -229,6 +248,23 @@ fn plain_ring(connections: usize) -> std::io::Result<IoUring> {
     IoUring::builder()
         .setup_cqsize(completion_room(connections))
         .build(RING_SUBMISSIONS)
+}
+
+/// The buffers a ring's multishot receives take, on a ring in the kernel's
+/// cheapest mode (Linux 6.1 on, where both are there); `None` on a plain
+/// ring, or should the kernel refuse them: its connections then receive
+/// one request at a time, each into its own input.
+fn receive_buffers(ring: &IoUring) -> Option<ReceiveBuffers> {
+    if !ring.params().is_setup_single_issuer() {
+        return None;
+    }
+    match ReceiveBuffers::register(ring, RING_RECEIVE_BUFFERS, RING_RECEIVE_BUFFER_BYTES) {
+        Ok(buffers) => Some(buffers),
+        Err(error) => {
+            tracing::warn!("receive buffers refused ({error}): one receive a request");
+            None
+        }
+    }
 }
 
 /// Room in a ring's queue of completions for each of `connections`
@@ -351,9 +387,11 @@ impl Wake for CommitWaker {
 enum Op {
     Receive = 1,
     Send = 2,
-    /// A linked timeout, on a receive or a send.
+    /// A send's linked timeout.
     Timeout = 3,
     Cancel = 4,
+    /// The timer of a connection waiting for the rest of a partial request.
+    PartialTimer = 5,
 }
 
 /// Whether an `io_uring_enter` is done with, rather than to be made again
@@ -387,6 +425,7 @@ fn op_of(user_data: u64) -> (usize, Option<Op>) {
         2 => Some(Op::Send),
         3 => Some(Op::Timeout),
         4 => Some(Op::Cancel),
+        5 => Some(Op::PartialTimer),
         _ => None,
     };
     ((user_data >> 8) as usize, op)
@@ -410,10 +449,26 @@ struct Conn {
     fd: OwnedFd,
     exchange: Exchange,
     phase: Phase,
+    /// Its multishot receive is armed (until a completion without
+    /// `IORING_CQE_F_MORE`).
+    armed: bool,
+    /// Input came while it was busy with a batch, to be handled next.
+    arrived: bool,
+    /// Since when it waits for the rest of a partial request (set each
+    /// time it begins to wait with one).
+    partial_since: Option<Instant>,
+    /// Its partial-request timer is in flight.
+    partial_timer_set: bool,
+    /// When that timer fires, read by the kernel when it is submitted.
+    /// Boxed: it must not move.
+    partial_timer: Box<types::Timespec>,
+    /// Its input ended (the client shut its side, or the socket failed)
+    /// while it was busy with a batch: it closes once that is sent.
+    input_ended: bool,
     /// Operations submitted whose completion has not been seen.
     in_flight: u8,
-    /// A cancel of this connection's receive was asked for (at shutdown).
-    receive_cancelled: bool,
+    /// A cancel of its armed receive is in flight.
+    cancelling: bool,
     /// When replies that are waiting for room in the socket must be sent
     /// by; `None` until a batch's first send leaves some.
     write_deadline: Option<Instant>,
@@ -428,6 +483,10 @@ struct Conn {
 /// One ring thread's state.
 struct Worker {
     ring: IoUring,
+    /// The buffers of multishot receives ([`receive_buffers`]). Dropped
+    /// after the ring, which the kernel may still be writing into until
+    /// then.
+    buffers: Option<ReceiveBuffers>,
     mailbox: Arc<Mailbox>,
     shared: Arc<Shared>,
     idle: Option<Arc<IdleSignal>>,
@@ -439,17 +498,14 @@ struct Worker {
     /// move while the read is in flight.
     bell_count: Box<u64>,
     bell_reading: bool,
-    /// The partial-request timeout, read by the kernel when a receive's
-    /// timeout is submitted. Boxed: it must not move.
-    partial_timeout: Box<types::Timespec>,
     /// Connections that read input at shutdown, to serve next round.
     ready: Vec<usize>,
     /// Completions taken off the queue to make room while submitting, to
     /// handle next round.
-    set_aside: Vec<(u64, i32)>,
+    set_aside: Vec<(u64, i32, u32)>,
     /// The completions of one round (user data, result), taken off the
     /// queue before any is handled; kept between rounds for its memory.
-    completions: Vec<(u64, i32)>,
+    completions: Vec<(u64, i32, u32)>,
     /// Until when this thread sleeps at once when idle: it found another
     /// thread wanting its CPU while it polled.
     poll_paused_until: Option<Instant>,
@@ -504,20 +560,17 @@ fn runnable_in_loadavg(text: &[u8]) -> Option<usize> {
     field.split_once('/')?.0.parse().ok()
 }
 
-fn timespec(duration: Duration) -> Box<types::Timespec> {
-    Box::new(types::Timespec::from(duration))
-}
-
 impl Worker {
     fn new(
         ring: IoUring,
+        buffers: Option<ReceiveBuffers>,
         mailbox: Arc<Mailbox>,
         shared: Arc<Shared>,
         idle: Option<Arc<IdleSignal>>,
     ) -> Worker {
-        let partial_timeout = timespec(shared.config.partial_request_timeout);
         Worker {
             ring,
+            buffers,
             mailbox,
             shared,
             idle,
@@ -526,7 +579,6 @@ impl Worker {
             stopping: false,
             bell_count: Box::new(0),
             bell_reading: false,
-            partial_timeout,
             ready: Vec::new(),
             set_aside: Vec::new(),
             completions: Vec::with_capacity(RING_SUBMISSIONS as usize),
@@ -695,9 +747,9 @@ impl Worker {
         completions.extend(
             self.ring
                 .completion()
-                .map(|cqe| (cqe.user_data(), cqe.result())),
+                .map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags())),
         );
-        for &(user_data, result) in &completions {
+        for &(user_data, result, flags) in &completions {
             if user_data == BELL {
                 self.bell_reading = false;
                 if result != -libc::ECANCELED {
@@ -706,7 +758,7 @@ impl Worker {
                 continue;
             }
             let (slot, op) = op_of(user_data);
-            self.complete(slot, op, result);
+            self.complete(slot, op, result, flags);
         }
         completions.clear();
         self.completions = completions;
@@ -772,7 +824,7 @@ impl Worker {
                     let completions = self
                         .ring
                         .completion()
-                        .map(|cqe| (cqe.user_data(), cqe.result()));
+                        .map(|cqe| (cqe.user_data(), cqe.result(), cqe.flags()));
                     self.set_aside.extend(completions);
                 }
                 Err(error) => panic!("io_uring_enter failed: {error}"),
@@ -793,8 +845,14 @@ impl Worker {
             fd: arrival.fd,
             exchange: arrival.open.exchange(),
             phase: Phase::Receiving,
+            armed: false,
+            arrived: false,
+            input_ended: false,
+            partial_since: None,
+            partial_timer_set: false,
+            partial_timer: Box::new(types::Timespec::new()),
             in_flight: 0,
-            receive_cancelled: false,
+            cancelling: false,
             write_deadline: None,
             write_timeout: Box::new(types::Timespec::new()),
             waker,
@@ -809,11 +867,31 @@ impl Worker {
     }
 
     /// Handles one completion of a connection's operation.
-    fn complete(&mut self, slot: usize, op: Option<Op>, result: i32) {
+    fn complete(&mut self, slot: usize, op: Option<Op>, result: i32, flags: u32) {
+        if let Some(id) = cqueue::buffer_select(flags) {
+            // Whatever becomes of the connection, the buffer goes back
+            // once its bytes are copied.
+            self.take_received(slot, id, result);
+        }
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        conn.in_flight -= 1;
+        if op == Some(Op::Receive) && result > 0 && self.buffers.is_none() {
+            let read = result as usize;
+            // SAFETY: the receive was given the buffer's spare room, which
+            // starts at its length, and the kernel wrote `read` bytes there.
+            unsafe { conn.exchange.input.advance_mut(read) };
+            conn.exchange.session.counts.bytes_read.add(read as u64);
+        }
+        if op == Some(Op::Receive) && cqueue::more(flags) {
+            // The receive stays armed.
+        } else {
+            if op == Some(Op::Receive) {
+                conn.armed = false;
+                conn.cancelling = false;
+            }
+            conn.in_flight -= 1;
+        }
         if matches!(conn.phase, Phase::Closing) {
             if conn.in_flight == 0 {
                 self.release(slot);
@@ -823,29 +901,63 @@ impl Worker {
         match op {
             Some(Op::Receive) => self.received(slot, result),
             Some(Op::Send) => self.sent(slot, result),
+            Some(Op::PartialTimer) => self.partial_timer_fired(slot),
             Some(Op::Timeout | Op::Cancel) | None => {}
         }
+    }
+
+    /// Copies what the kernel received into buffer `id` for the
+    /// connection in `slot` (if it is still open and reading) into its
+    /// input, and gives the buffer back.
+    fn take_received(&mut self, slot: usize, id: u16, result: i32) {
+        let buffers = self.buffers.as_mut().expect("a buffer was selected");
+        if result > 0 {
+            if let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) {
+                if !matches!(conn.phase, Phase::Closing) {
+                    let read = buffers.received(id, result as usize);
+                    conn.exchange.make_room_to_read();
+                    conn.exchange.input.extend_from_slice(read);
+                    conn.exchange
+                        .session
+                        .counts
+                        .bytes_read
+                        .add(read.len() as u64);
+                }
+            }
+        }
+        buffers.give_back(id);
     }
 
     fn received(&mut self, slot: usize, result: i32) {
         let conn = self.conn(slot);
         if result > 0 {
-            let read = result as usize;
-            // SAFETY: the kernel wrote `read` bytes into the spare room the
-            // receive was given, which starts at the buffer's length.
-            unsafe { conn.exchange.input.advance_mut(read) };
-            conn.exchange.session.counts.bytes_read.add(read as u64);
-            self.serve(slot);
-        } else if result == -libc::ECANCELED {
-            if conn.receive_cancelled {
-                // The shutdown cancelled it: read what is there, then close.
-                self.next_input(slot);
+            if matches!(conn.phase, Phase::Receiving) {
+                self.serve(slot);
             } else {
-                // Its linked timeout fired: a partial request sat too long.
-                self.end(slot, End::TimedOut);
+                // Busy with a batch: what comes meanwhile waits in the
+                // input, up to a bound; beyond it, in the socket, holding
+                // up the client's sends.
+                conn.arrived = true;
+                if conn.exchange.input.len() >= INPUT_WHILE_BUSY_BYTES_MAX {
+                    self.cancel_receive(slot);
+                }
             }
-        } else {
+        } else if result == -libc::ENOBUFS {
+            // Every buffer was taken this round: arm again (the data waits
+            // in the socket).
+            if matches!(conn.phase, Phase::Receiving) {
+                self.next_input(slot);
+            }
+        } else if result == -libc::ECANCELED {
+            // Cancelled at the shutdown (then read what is there, and
+            // close), or while the connection had input enough waiting.
+            if matches!(conn.phase, Phase::Receiving) {
+                self.next_input(slot);
+            }
+        } else if matches!(conn.phase, Phase::Receiving) {
             self.end(slot, End::Done);
+        } else {
+            conn.input_ended = true;
         }
     }
 
@@ -966,12 +1078,30 @@ impl Worker {
     /// once there is none.
     fn next_input(&mut self, slot: usize) {
         let stopping = self.stopping;
-        let partial_timeout: *const types::Timespec = &*self.partial_timeout;
+        let multishot = self.buffers.is_some();
         let conn = self.conn(slot);
         conn.exchange.make_room_to_read();
         let fd = conn.fd.as_raw_fd();
         let room = conn.exchange.input.spare_capacity_mut();
         let (at, room_bytes) = (room.as_mut_ptr().cast::<u8>(), room.len());
+        if stopping && conn.armed {
+            // Its multishot receive must end first, or what it took from
+            // the socket could come after what is read here.
+            conn.phase = Phase::Receiving;
+            return self.cancel_receive(slot);
+        }
+        if conn.arrived {
+            conn.arrived = false;
+            if stopping {
+                conn.phase = Phase::Ready;
+                self.ready.push(slot);
+                return;
+            }
+            return self.serve(slot);
+        }
+        if conn.input_ended {
+            return self.end(slot, End::Done);
+        }
         if stopping {
             // Serve what the client sent before the shutdown (e.g. a
             // pipeline of noreply sets), without waiting for more.
@@ -989,24 +1119,66 @@ impl Worker {
             }
             return;
         }
-        let partial = conn.exchange.partial();
-        let receive = opcode::Recv::new(
-            types::Fd(fd),
-            at,
-            u32::try_from(room_bytes).unwrap_or(u32::MAX),
-        )
-        .build()
-        .user_data(user_data(slot, Op::Receive));
         conn.phase = Phase::Receiving;
-        if partial {
-            conn.in_flight += 2;
-            let timeout = opcode::LinkTimeout::new(partial_timeout)
-                .build()
-                .user_data(user_data(slot, Op::Timeout));
-            self.push_linked(receive, timeout);
+        if conn.exchange.partial() {
+            // A partial request must be completed within the timeout of
+            // each wait for more of it.
+            conn.partial_since = Some(Instant::now());
+            if !conn.partial_timer_set {
+                let patience = conn.exchange.session.shared.config.partial_request_timeout;
+                self.set_partial_timer(slot, patience);
+            }
+        }
+        let conn = self.conn(slot);
+        if conn.armed {
+            return;
+        }
+        let receive = if multishot {
+            opcode::RecvMulti::new(types::Fd(fd), buffers::GROUP).build()
         } else {
-            conn.in_flight += 1;
-            self.push(receive);
+            // SAFETY of the pointer: the receive writes only into the
+            // input's spare room, which nothing else touches until it
+            // completes (the connection waits in `Phase::Receiving`).
+            opcode::Recv::new(
+                types::Fd(fd),
+                at,
+                u32::try_from(room_bytes).unwrap_or(u32::MAX),
+            )
+            .build()
+        }
+        .user_data(user_data(slot, Op::Receive));
+        conn.armed = true;
+        conn.in_flight += 1;
+        self.push(receive);
+    }
+
+    /// Sets the connection's partial-request timer to fire in `after`.
+    fn set_partial_timer(&mut self, slot: usize, after: Duration) {
+        let conn = self.conn(slot);
+        *conn.partial_timer = types::Timespec::from(after);
+        let timer = opcode::Timeout::new(&*conn.partial_timer)
+            .build()
+            .user_data(user_data(slot, Op::PartialTimer));
+        conn.partial_timer_set = true;
+        conn.in_flight += 1;
+        self.push(timer);
+    }
+
+    /// The partial-request timer went off (or was cancelled, with the
+    /// connection). A connection still waiting for the rest of a request
+    /// it began that long ago is timed out; one that waits since less
+    /// long has its timer set for the rest; any other has none.
+    fn partial_timer_fired(&mut self, slot: usize) {
+        let conn = self.conn(slot);
+        conn.partial_timer_set = false;
+        let waiting = matches!(conn.phase, Phase::Receiving) && conn.exchange.partial();
+        let (Some(since), true) = (conn.partial_since, waiting) else {
+            return;
+        };
+        let patience = conn.exchange.session.shared.config.partial_request_timeout;
+        match patience.checked_sub(since.elapsed()) {
+            Some(left) if !left.is_zero() => self.set_partial_timer(slot, left),
+            _ => self.end(slot, End::TimedOut),
         }
     }
 
@@ -1036,14 +1208,25 @@ impl Worker {
                 continue;
             };
             if matches!(conn.phase, Phase::Receiving) {
-                conn.receive_cancelled = true;
-                conn.in_flight += 1;
-                let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Receive))
-                    .build()
-                    .user_data(user_data(slot, Op::Cancel));
-                self.push(cancel);
+                self.cancel_receive(slot);
             }
         }
+    }
+
+    /// Asks for the connection's armed receive to end, unless that is
+    /// asked already; its last completion then comes cancelled, or with
+    /// what came before the cancel.
+    fn cancel_receive(&mut self, slot: usize) {
+        let conn = self.conn(slot);
+        if !conn.armed || conn.cancelling {
+            return;
+        }
+        conn.cancelling = true;
+        conn.in_flight += 1;
+        let cancel = opcode::AsyncCancel::new(user_data(slot, Op::Receive))
+            .build()
+            .user_data(user_data(slot, Op::Cancel));
+        self.push(cancel);
     }
 
     /// Closes every connection now, whatever it was doing.
@@ -1079,8 +1262,8 @@ impl Worker {
             self.release(slot);
             return;
         }
-        conn.in_flight += 2;
-        for op in [Op::Receive, Op::Send] {
+        conn.in_flight += 3;
+        for op in [Op::Receive, Op::Send, Op::PartialTimer] {
             let cancel = opcode::AsyncCancel::new(user_data(slot, op))
                 .build()
                 .user_data(user_data(slot, Op::Cancel));
@@ -1237,6 +1420,89 @@ mod tests {
             assert!(got == reply, "{name}: the large reply came back altered");
 
             call(&mut client, b"get k\r\n", b"VALUE k 0 1\r\nx\r\nEND\r\n");
+            rings.stop();
+            rings.cut_and_join();
+        }
+    }
+
+    /// Sets `big` to a value of 256 KiB, far more than a socket from
+    /// [`connect`] takes at once; returns the reply to `get big`.
+    fn set_big(client: &mut UnixStream) -> Vec<u8> {
+        let value: Vec<u8> = (0..256 << 10).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut set = format!("set big 0 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        call(client, &set, b"STORED\r\n");
+        let mut reply = format!("VALUE big 0 {}\r\n", value.len()).into_bytes();
+        reply.extend_from_slice(&value);
+        reply.extend_from_slice(b"\r\nEND\r\n");
+        reply
+    }
+
+    #[test]
+    fn what_comes_while_replies_wait_for_room_is_served_after_them_even_past_the_clients_end() {
+        for (name, shared, rings) in one_ring_each_setup(Durability::EverySec) {
+            let (mut client, _) = connect(&rings, &shared);
+            call(&mut client, b"set k 0 0 1\r\nx\r\n", b"STORED\r\n");
+            let big = set_big(&mut client);
+            // The big reply waits for room until this client reads; the
+            // next request and the end of its input come meanwhile.
+            client.write_all(b"get big\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            client.write_all(b"get k\r\n").unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut rest = Vec::new();
+            client.read_to_end(&mut rest).unwrap();
+            let mut expected = big;
+            expected.extend_from_slice(b"VALUE k 0 1\r\nx\r\nEND\r\n");
+            assert!(
+                rest == expected,
+                "{name}: {} bytes came, {} expected; the last: {:?}",
+                rest.len(),
+                expected.len(),
+                String::from_utf8_lossy(&rest[rest.len().saturating_sub(40)..])
+            );
+            rings.stop();
+            rings.cut_and_join();
+        }
+    }
+
+    #[test]
+    fn a_connection_whose_replies_wait_for_room_takes_in_a_bounded_amount_of_input() {
+        for (name, shared, rings) in one_ring_each_setup(Durability::EverySec) {
+            let (mut client, _) = connect(&rings, &shared);
+            set_big(&mut client);
+            client.write_all(b"get big\r\n").unwrap();
+            // Requests that the server must take in or leave in the socket,
+            // written without reading a reply until the socket takes no
+            // more.
+            client.set_nonblocking(true).unwrap();
+            let requests = b"get big\r\n".repeat(1024);
+            let mut taken = 0usize;
+            let mut refused_since: Option<Instant> = None;
+            while taken < 64 << 20 {
+                match client.write(&requests) {
+                    Ok(written) => {
+                        taken += written;
+                        refused_since = None;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                        // Refused for a while: the server reads no more.
+                        let since = *refused_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > Duration::from_millis(200) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(error) => panic!("{name}: {error}"),
+                }
+            }
+            // The socket's own buffer, whatever the host's default, and
+            // what the server took in: 16 gets' replies fill a batch.
+            assert!(
+                taken < 4 << 20,
+                "{name}: the server took in {taken} bytes of requests while its replies waited"
+            );
             rings.stop();
             rings.cut_and_join();
         }

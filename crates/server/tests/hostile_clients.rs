@@ -167,6 +167,22 @@ fn a_half_sent_request_is_closed_after_the_timeout_and_not_stored() {
 }
 
 #[test]
+fn a_request_sent_in_parts_each_within_the_timeout_is_served_however_long_it_takes_in_all() {
+    let (_dir, server) = start_changed(|config| {
+        config.partial_request_timeout = Duration::from_secs(1);
+    });
+    let mut slow = server.raw();
+    // 1.8 s in all, each part 0.6 s after the one before.
+    for part in [&b"set slow 0 0 5\r\nab"[..], b"c", b"d"] {
+        slow.send(part);
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    slow.call(b"e\r\n", b"STORED\r\n");
+    slow.call(b"get slow\r\n", b"VALUE slow 0 5\r\nabcde\r\nEND\r\n");
+    assert_eq!(server.stat("larder_timed_out_connections"), 0);
+}
+
+#[test]
 fn two_thousand_idle_connections_leave_another_client_served() {
     const IDLE: usize = 2000;
     let dir = tempfile::tempdir().unwrap();

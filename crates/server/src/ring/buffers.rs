@@ -1,0 +1,123 @@
+//! The buffers a ring thread's connections receive into: a ring of
+//! buffers provided to the kernel (`IORING_REGISTER_PBUF_RING`), shared by
+//! every connection of the thread. A connection's receive stays armed from
+//! one request to the next (a multishot receive) and takes a buffer for
+//! each arrival; the ring thread copies what came into the connection's
+//! own input and gives the buffer back at once, so the buffers in use at
+//! any time are those of one round's completions.
+
+use io_uring::types::BufRingEntry;
+use io_uring::IoUring;
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+/// The id of the ring thread's one group of buffers.
+pub(super) const GROUP: u16 = 0;
+
+pub(super) struct ReceiveBuffers {
+    /// The ring of entries the kernel takes buffers from, page-aligned as
+    /// the kernel requires; `count` of them.
+    entries: NonNull<BufRingEntry>,
+    entries_layout: Layout,
+    /// The buffers, `size` bytes each, one after another. Raw: the kernel
+    /// writes into those it holds.
+    memory: NonNull<u8>,
+    memory_layout: Layout,
+    count: u16,
+    size: usize,
+    /// Entries handed to the kernel so far (wrapping), published in the
+    /// ring's tail.
+    tail: u16,
+}
+
+impl ReceiveBuffers {
+    /// Registers `count` buffers of `size` bytes with `ring`; `count` is a
+    /// power of two. Fails where the kernel has no provided-buffer rings
+    /// (before Linux 5.19).
+    pub(super) fn register(ring: &IoUring, count: u16, size: usize) -> std::io::Result<Self> {
+        assert!(count.is_power_of_two() && size > 0);
+        let page = 4096;
+        let entries_layout = Layout::from_size_align(
+            usize::from(count) * std::mem::size_of::<BufRingEntry>(),
+            page,
+        )
+        .expect("a valid layout");
+        let memory_layout =
+            Layout::from_size_align(usize::from(count) * size, page).expect("a valid layout");
+        let mut buffers = ReceiveBuffers {
+            entries: allocate(entries_layout).cast(),
+            entries_layout,
+            memory: allocate(memory_layout),
+            memory_layout,
+            count,
+            size,
+            tail: 0,
+        };
+        // SAFETY: the entries stay allocated, and the buffers too, until
+        // `self` is dropped, which the ring thread does only after its ring
+        // (see [`super::Worker`]'s fields).
+        unsafe {
+            ring.submitter().register_buf_ring_with_flags(
+                buffers.entries.as_ptr() as u64,
+                count,
+                GROUP,
+                0,
+            )?;
+        }
+        for id in 0..count {
+            buffers.give_back(id);
+        }
+        Ok(buffers)
+    }
+
+    /// The first `length` bytes the kernel received into buffer `id`.
+    /// Buffer `id` must have come back from the kernel with a completion
+    /// and not yet been given back.
+    pub(super) fn received(&self, id: u16, length: usize) -> &[u8] {
+        assert!(id < self.count);
+        // SAFETY: buffer `id` lies within the allocation, and the kernel
+        // writes into it no more until it is given back.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.memory.as_ptr().add(usize::from(id) * self.size),
+                length.min(self.size),
+            )
+        }
+    }
+
+    /// Hands buffer `id` back to the kernel.
+    pub(super) fn give_back(&mut self, id: u16) {
+        let index = usize::from(self.tail & (self.count - 1));
+        assert!(id < self.count);
+        // SAFETY: buffer `id` lies within the allocation.
+        let address = unsafe { self.memory.as_ptr().add(usize::from(id) * self.size) } as u64;
+        // SAFETY: `index` is below `count`, within the entries' allocation.
+        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
+        entry.set_addr(address);
+        entry.set_len(u32::try_from(self.size).unwrap_or(u32::MAX));
+        entry.set_bid(id);
+        self.tail = self.tail.wrapping_add(1);
+        // SAFETY: the tail is a u16 within the first entry, aligned as
+        // one; the kernel reads it, this thread alone writes it.
+        let tail = unsafe { &*BufRingEntry::tail(self.entries.as_ptr()).cast::<AtomicU16>() };
+        tail.store(self.tail, Ordering::Release);
+    }
+}
+
+impl Drop for ReceiveBuffers {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `register` with these layouts.
+        unsafe {
+            std::alloc::dealloc(self.entries.as_ptr().cast(), self.entries_layout);
+            std::alloc::dealloc(self.memory.as_ptr(), self.memory_layout);
+        }
+    }
+}
+
+/// Zeroed memory of `layout`, whose size is not zero.
+fn allocate(layout: Layout) -> NonNull<u8> {
+    // SAFETY: the callers' layouts have a size above zero.
+    let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+    NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+}
