@@ -292,6 +292,16 @@ impl Exchange {
         });
     }
 
+    /// Appends bytes received for the connection to its input, as a ring's
+    /// shared receive buffers hand them over (see `crate::ring`), leaving
+    /// the state `stats conns` shows as it is: they may come while the
+    /// connection is busy with a batch.
+    pub(crate) fn take_input(&mut self, bytes: &[u8]) {
+        make_room_to_read(&mut self.input);
+        self.input.extend_from_slice(bytes);
+        self.session.counts.bytes_read.add(bytes.len() as u64);
+    }
+
     /// Shows the connection waiting for room in its socket for replies.
     pub(crate) fn waiting_to_send(&self) {
         self.info.set(State::Write);

@@ -914,14 +914,8 @@ impl Worker {
         if result > 0 {
             if let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) {
                 if !matches!(conn.phase, Phase::Closing) {
-                    let read = buffers.received(id, result as usize);
-                    conn.exchange.make_room_to_read();
-                    conn.exchange.input.extend_from_slice(read);
                     conn.exchange
-                        .session
-                        .counts
-                        .bytes_read
-                        .add(read.len() as u64);
+                        .take_input(buffers.received(id, result as usize));
                 }
             }
         }
@@ -1461,6 +1455,38 @@ mod tests {
                 rest.len(),
                 expected.len(),
                 String::from_utf8_lossy(&rest[rest.len().saturating_sub(40)..])
+            );
+            rings.stop();
+            rings.cut_and_join();
+        }
+    }
+
+    #[test]
+    fn a_connection_whose_replies_wait_for_room_shows_so_in_stats_conns_while_input_comes() {
+        for (name, shared, rings) in one_ring_each_setup(Durability::EverySec) {
+            let (mut waiting, _) = connect(&rings, &shared);
+            set_big(&mut waiting);
+            waiting.write_all(b"get big\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            waiting.write_all(b"get big\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            let (mut asking, _) = connect(&rings, &shared);
+            asking.write_all(b"stats conns\r\n").unwrap();
+            let mut stats = Vec::new();
+            while !stats.ends_with(b"END\r\n") {
+                let mut chunk = [0; 4096];
+                let read = asking.read(&mut chunk).unwrap();
+                assert!(read > 0, "{name}: closed");
+                stats.extend_from_slice(&chunk[..read]);
+            }
+            let stats = String::from_utf8(stats).unwrap();
+            let states: Vec<&str> = stats
+                .lines()
+                .filter_map(|line| line.split_once(":state ").map(|(_, state)| state))
+                .collect();
+            assert!(
+                states.contains(&"conn_mwrite"),
+                "{name}: no connection shown writing: {states:?}"
             );
             rings.stop();
             rings.cut_and_join();
