@@ -36,7 +36,10 @@ pub const READ_ROOM_BYTES_MIN: usize = READ_BUFFER_BYTES_INITIAL / 4;
 /// Input a connection on a ring (`--io uring`) takes in while it is busy
 /// with a batch (committing it, sending its replies); beyond this, further
 /// input waits in the socket, as it does under tokio, which reads only
-/// between batches.
+/// between batches. It is checked as input comes, so the arrivals of one
+/// round may take a connection past it by up to all of its ring thread's
+/// receive buffers ([`RING_RECEIVE_BUFFERS`] of
+/// [`RING_RECEIVE_BUFFER_BYTES`]), once a batch.
 pub const INPUT_WHILE_BUSY_BYTES_MAX: usize = READ_BUFFER_BYTES_INITIAL;
 /// Replies buffered before the connection stops processing requests and
 /// writes them out (a client that pipelines many large gets, or names many

@@ -267,11 +267,13 @@ fn receive_buffers(ring: &IoUring) -> Option<ReceiveBuffers> {
     }
 }
 
-/// Room in a ring's queue of completions for each of `connections`
-/// connections' operations in flight at once (at most five: a receive or
-/// a send, its timeout, and the cancels of closing), up to the kernel's
-/// ceiling, past which the kernel keeps completions aside rather than
-/// drop them.
+/// Room in a ring's queue of completions for five completions of each of
+/// `connections` connections at once (a receive's, a send's and its
+/// timeout's, a partial request's timer's, a cancel's), up to the
+/// kernel's ceiling. Past it the kernel keeps completions aside rather
+/// than drop them (a connection closing has a few more; a multishot
+/// receive may post many in a round), and ends a multishot receive,
+/// which is then armed again.
 fn completion_room(connections: usize) -> u32 {
     u32::try_from(connections.saturating_mul(5))
         .unwrap_or(u32::MAX)
@@ -948,10 +950,14 @@ impl Worker {
             if matches!(conn.phase, Phase::Receiving) {
                 self.next_input(slot);
             }
-        } else if matches!(conn.phase, Phase::Receiving) {
-            self.end(slot, End::Done);
         } else {
+            // The end of input, or a failed socket: what came before it is
+            // served first, be the connection busy with a batch or waiting
+            // at the shutdown for a cancel of its receive.
             conn.input_ended = true;
+            if matches!(conn.phase, Phase::Receiving) {
+                self.next_input(slot);
+            }
         }
     }
 
@@ -1074,6 +1080,9 @@ impl Worker {
         let stopping = self.stopping;
         let multishot = self.buffers.is_some();
         let conn = self.conn(slot);
+        // A single receive in flight would be writing into the input,
+        // which the next line may move.
+        debug_assert!(multishot || !conn.armed);
         conn.exchange.make_room_to_read();
         let fd = conn.fd.as_raw_fd();
         let room = conn.exchange.input.spare_capacity_mut();
@@ -1162,10 +1171,13 @@ impl Worker {
     /// connection). A connection still waiting for the rest of a request
     /// it began that long ago is timed out; one that waits since less
     /// long has its timer set for the rest; any other has none.
+    /// At the shutdown nothing more is waited for anyway.
     fn partial_timer_fired(&mut self, slot: usize) {
+        let stopping = self.stopping;
         let conn = self.conn(slot);
         conn.partial_timer_set = false;
-        let waiting = matches!(conn.phase, Phase::Receiving) && conn.exchange.partial();
+        let waiting =
+            !stopping && matches!(conn.phase, Phase::Receiving) && conn.exchange.partial();
         let (Some(since), true) = (conn.partial_since, waiting) else {
             return;
         };
@@ -1458,6 +1470,33 @@ mod tests {
             );
             rings.stop();
             rings.cut_and_join();
+        }
+    }
+
+    #[test]
+    fn what_came_while_replies_waited_is_served_at_the_shutdown_with_the_end_of_input() {
+        for (name, shared, rings) in one_ring_each_setup(Durability::EverySec) {
+            let (mut client, _) = connect(&rings, &shared);
+            let big = set_big(&mut client);
+            client.write_all(b"get big\r\n").unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            client
+                .write_all(b"set late 0 0 1 noreply\r\nx\r\n")
+                .unwrap();
+            client.shutdown(std::net::Shutdown::Write).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            rings.stop();
+            std::thread::sleep(Duration::from_millis(50));
+            let mut rest = Vec::new();
+            client.read_to_end(&mut rest).unwrap();
+            assert!(rest == big, "{name}: {} bytes came", rest.len());
+            rings.cut_and_join();
+            let late = shared.engine.get(b"late").unwrap();
+            assert_eq!(
+                late.map(|item| item.value.to_vec()),
+                Some(b"x".to_vec()),
+                "{name}"
+            );
         }
     }
 

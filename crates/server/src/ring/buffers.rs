@@ -6,11 +6,24 @@
 //! own input and gives the buffer back at once, so the buffers in use at
 //! any time are those of one round's completions.
 
-use io_uring::types::BufRingEntry;
 use io_uring::IoUring;
 use std::alloc::Layout;
-use std::ptr::NonNull;
+use std::ptr::{addr_of, addr_of_mut, NonNull};
 use std::sync::atomic::{AtomicU16, Ordering};
+
+/// An entry of the ring, as the kernel lays it out (`struct
+/// io_uring_buf`); the first entry's `resv` is the ring's tail. Written
+/// only field by field through raw pointers: the kernel reads the ring
+/// meanwhile.
+#[repr(C)]
+struct Entry {
+    addr: u64,
+    len: u32,
+    bid: u16,
+    resv: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 
 /// The id of the ring thread's one group of buffers.
 pub(super) const GROUP: u16 = 0;
@@ -18,7 +31,7 @@ pub(super) const GROUP: u16 = 0;
 pub(super) struct ReceiveBuffers {
     /// The ring of entries the kernel takes buffers from, page-aligned as
     /// the kernel requires; `count` of them.
-    entries: NonNull<BufRingEntry>,
+    entries: NonNull<Entry>,
     entries_layout: Layout,
     /// The buffers, `size` bytes each, one after another. Raw: the kernel
     /// writes into those it holds.
@@ -37,12 +50,11 @@ impl ReceiveBuffers {
     /// (before Linux 5.19).
     pub(super) fn register(ring: &IoUring, count: u16, size: usize) -> std::io::Result<Self> {
         assert!(count.is_power_of_two() && size > 0);
-        let page = 4096;
-        let entries_layout = Layout::from_size_align(
-            usize::from(count) * std::mem::size_of::<BufRingEntry>(),
-            page,
-        )
-        .expect("a valid layout");
+        // SAFETY: sysconf takes no pointers.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let entries_layout =
+            Layout::from_size_align(usize::from(count) * std::mem::size_of::<Entry>(), page)
+                .expect("a valid layout");
         let memory_layout =
             Layout::from_size_align(usize::from(count) * size, page).expect("a valid layout");
         let mut buffers = ReceiveBuffers {
@@ -92,15 +104,22 @@ impl ReceiveBuffers {
         assert!(id < self.count);
         // SAFETY: buffer `id` lies within the allocation.
         let address = unsafe { self.memory.as_ptr().add(usize::from(id) * self.size) } as u64;
-        // SAFETY: `index` is below `count`, within the entries' allocation.
-        let entry = unsafe { &mut *self.entries.as_ptr().add(index) };
-        entry.set_addr(address);
-        entry.set_len(u32::try_from(self.size).unwrap_or(u32::MAX));
-        entry.set_bid(id);
+        let length = u32::try_from(self.size).unwrap_or(u32::MAX);
+        // SAFETY: `index` is below `count`, within the entries'
+        // allocation; the entry is past the tail, so the kernel does not
+        // read it until the tail moves, and its fields are written
+        // without making a reference to it (entry 0 holds the tail).
+        unsafe {
+            let entry = self.entries.as_ptr().add(index);
+            addr_of_mut!((*entry).addr).write(address);
+            addr_of_mut!((*entry).len).write(length);
+            addr_of_mut!((*entry).bid).write(id);
+        }
         self.tail = self.tail.wrapping_add(1);
-        // SAFETY: the tail is a u16 within the first entry, aligned as
-        // one; the kernel reads it, this thread alone writes it.
-        let tail = unsafe { &*BufRingEntry::tail(self.entries.as_ptr()).cast::<AtomicU16>() };
+        // SAFETY: the tail is the first entry's `resv`, a u16 aligned as
+        // one; the kernel reads it, this thread alone writes it, always
+        // atomically.
+        let tail = unsafe { &*addr_of!((*self.entries.as_ptr()).resv).cast::<AtomicU16>() };
         tail.store(self.tail, Ordering::Release);
     }
 }
