@@ -48,7 +48,10 @@ pub struct BenchArgs {
     /// Wire protocol: memcached text (get/set) or redis RESP (GET/SET).
     #[arg(long, value_enum, default_value = "memcached")]
     pub protocol: Protocol,
-    /// Client worker threads.
+    /// Client worker threads. With more of them than the CPUs the client
+    /// may use, a thread kept busy by its connections runs out its time
+    /// slice while other threads' replies wait, and that wait counts as
+    /// latency.
     #[arg(long, short = 't', default_value_t = 2)]
     pub threads: usize,
     /// Connections per thread.
