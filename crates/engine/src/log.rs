@@ -74,6 +74,19 @@ const BUFFER_BYTES_HARD_MAX: usize = 256 << 20;
 /// about 16 MiB); there every append past
 /// this asks for the active segment's sync, unless writes are failing.
 const UNSYNCED_BYTES_SOFT_MAX: usize = 64 << 20;
+/// Address space the buffer reserves when the log opens: what it holds
+/// between syncs stays below this in normal running (appends ask for a sync
+/// at [`UNSYNCED_BYTES_SOFT_MAX`]), so it never moves. Grown on demand
+/// instead, by doubling, each step copied the buffer under the log lock
+/// into memory the kernel had to zero first: with 13 MB buffered under
+/// 95k sets a second, 70-100 ms during which every append waited (the
+/// longest waits of the sustained-write benchmark; see
+/// benchmarks/HISTORY.md, "The log buffer's growth"). Reserved address
+/// space costs no memory until written, and pages once written are reused
+/// from the front after every sync, so the kernel zeroes each page once.
+/// Only a sync that falls far behind (a stalling disk) makes it outgrow
+/// the reservation, and move, under the lock.
+const BUFFER_RESERVED_BYTES: usize = 2 * UNSYNCED_BYTES_SOFT_MAX;
 /// How far before the active segment's size limit an append asks for a
 /// sync, at each of these distances. The rotation that seals the segment
 /// syncs it under the log lock, and every append waits meanwhile: that
@@ -367,7 +380,7 @@ impl Log {
                 end: len,
                 written: len,
                 base: len,
-                buffer: Vec::new(),
+                buffer: reserved_buffer(),
                 write_error: None,
                 reserved: 0,
                 reservable: true,
@@ -1298,10 +1311,21 @@ impl LogState {
         }
         self.buffer.drain(..(offset - self.base) as usize);
         self.base = offset;
-        if self.buffer.is_empty() && self.buffer.capacity() > 4 * BUFFER_BYTES_SOFT_MAX {
-            self.buffer = Vec::new();
-        }
     }
+}
+
+/// An empty buffer with [`BUFFER_RESERVED_BYTES`] of room, or without
+/// where the system refuses the reservation (strict overcommit, a small
+/// address-space limit): it then grows as it needs.
+fn reserved_buffer() -> Vec<u8> {
+    let mut buffer = Vec::new();
+    if buffer.try_reserve_exact(BUFFER_RESERVED_BYTES).is_err() {
+        tracing::warn!(
+            bytes = BUFFER_RESERVED_BYTES,
+            "cannot reserve room for the log buffer; it grows as it needs"
+        );
+    }
+    buffer
 }
 
 fn wake(wakers: Vec<(u64, Waker)>) {
@@ -1429,6 +1453,26 @@ mod tests {
                 .unwrap();
         }
         log.sync.lock().requested > log.synced_lsn.load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn the_buffer_stays_where_it_is_as_records_accumulate_and_are_synced() {
+        // Moving it would copy everything buffered, under the log lock.
+        let log = memory_log(Durability::EverySec);
+        let place = || {
+            let state = log.state.lock();
+            (state.buffer.as_ptr(), state.buffer.capacity())
+        };
+        let (start, room) = place();
+        assert!(room >= BUFFER_RESERVED_BYTES);
+        for _ in 0..2 {
+            let end = log.state.lock().end + (24 << 20);
+            let _asked = sync_asked_after_appending_to(&log, end);
+            assert_eq!(place(), (start, room));
+            log.flush_and_sync().unwrap();
+            assert!(log.state.lock().buffer.is_empty());
+            assert_eq!(place(), (start, room));
+        }
     }
 
     #[test]
