@@ -1442,9 +1442,8 @@ mod tests {
         )
     }
 
-    /// Appends 1 MiB records up to `end` of the active segment; returns
-    /// whether a sync is asked for that the log has not had.
-    fn sync_asked_after_appending_to(log: &Log, end: u64) -> bool {
+    /// Appends 1 MiB records up to `end` of the active segment.
+    fn append_up_to(log: &Log, end: u64) {
         let record = 1 << 20;
         while log.state.lock().end + record <= end {
             // Not committed: what matters is what the append asks for.
@@ -1452,6 +1451,12 @@ mod tests {
                 .append(record, |out, _| out.resize(out.len() + record as usize, 7))
                 .unwrap();
         }
+    }
+
+    /// [`append_up_to`] `end`; returns whether a sync is asked for that
+    /// the log has not had.
+    fn sync_asked_after_appending_to(log: &Log, end: u64) -> bool {
+        append_up_to(log, end);
         log.sync.lock().requested > log.synced_lsn.load(Ordering::Acquire)
     }
 
@@ -1467,7 +1472,7 @@ mod tests {
         assert!(room >= BUFFER_RESERVED_BYTES);
         for _ in 0..2 {
             let end = log.state.lock().end + (24 << 20);
-            let _asked = sync_asked_after_appending_to(&log, end);
+            append_up_to(&log, end);
             assert_eq!(place(), (start, room));
             log.flush_and_sync().unwrap();
             assert!(log.state.lock().buffer.is_empty());
