@@ -8,7 +8,7 @@
 #
 # Environment:
 #   LARDER_TEST_SKIP_LINT=1    skip cargo fmt --check and clippy (quick local runs)
-#   LARDER_TEST_SKIP_FUZZ=1    skip the bounded fuzz run (FUZZ_SECONDS per target, default 20)
+#   LARDER_TEST_SKIP_FUZZ=1    skip the bounded fuzz run (FUZZ_SECONDS per target, default 10)
 #   LARDER_TEST_SKIP_CARGO=1   skip cargo test and the release build (for work on
 #                              the Python harness; needs target/release/larder or LARDER_BIN)
 #   LARDER_BIN=/path/larder    binary the Python tests start (default target/release/larder)
@@ -130,8 +130,15 @@ if [ "${LARDER_TEST_SKIP_CARGO:-0}" != 1 ]; then
     cargo test --workspace
 
     if [ "$URING" = 1 ]; then
-        section "cargo test -p larder-server --tests, connections on epoll (LARDER_TEST_IO=epoll)"
-        LARDER_TEST_IO=epoll cargo test -p larder-server --tests
+        # The server's integration tests, named one by one: `-p larder-server`
+        # would resolve the dependencies' features for that package alone and
+        # build them all again (44 s), where `--workspace` reuses the build.
+        server_tests=()
+        for file in crates/server/tests/*.rs; do
+            server_tests+=(--test "$(basename "$file" .rs)")
+        done
+        section "cargo test: larder-server's integration tests, connections on epoll (LARDER_TEST_IO=epoll)"
+        LARDER_TEST_IO=epoll cargo test --workspace "${server_tests[@]}"
     fi
 
     section "cargo build --release -p larder"
@@ -141,8 +148,8 @@ else
 fi
 
 if [ "${LARDER_TEST_SKIP_FUZZ:-0}" != 1 ]; then
-    section "fuzz: every cargo-fuzz target, ${FUZZ_SECONDS:-20}s each (scripts/fuzz.sh)"
-    scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+    section "fuzz: every cargo-fuzz target, ${FUZZ_SECONDS:-10}s each (scripts/fuzz.sh)"
+    scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
 else
     section "fuzz skipped (LARDER_TEST_SKIP_FUZZ=1)"
 fi
@@ -156,6 +163,7 @@ PYTHONDONTWRITEBYTECODE=1 timeout -s INT -k 30 "${PYTEST_TIMEOUT_S:-900}" \
     .venv/bin/pytest -q -rfEx -p no:cacheprovider tests/python "$@" </dev/null
 
 if [ "$URING" = 1 ]; then
+    # Without the tests that talk to memcached alone (tests/python/conftest.py).
     section "pytest: the wire, client and restart suites again, connections on epoll (LARDER_TEST_IO=epoll)"
     LARDER_TEST_IO=epoll PYTHONDONTWRITEBYTECODE=1 timeout -s INT -k 30 "${PYTEST_TIMEOUT_S:-900}" \
         .venv/bin/pytest -q -rfEx -p no:cacheprovider "$@" \
