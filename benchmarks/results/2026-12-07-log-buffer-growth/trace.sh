@@ -19,6 +19,11 @@ source benchmarks/lib.sh
 script=$(realpath "$1")
 larder=${2:-target/release/larder}
 install_packages bpftrace
+# bpftrace finds the tracepoints in tracefs, which a fresh machine may not
+# have mounted.
+if [[ ! -e /sys/kernel/tracing/available_events ]]; then
+    mount -t tracefs tracefs /sys/kernel/tracing
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/larder-trace.XXXXXX")
 server= tracer=
 stop() {

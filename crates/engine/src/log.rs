@@ -543,6 +543,23 @@ impl Log {
         false
     }
 
+    /// Readies the active segment's file for the appends to come, outside
+    /// the log lock
+    /// ([`FsFile::prepare_writes`](crate::fs::FsFile::prepare_writes)):
+    /// with mapped appends, the window of the file they reach next is
+    /// mapped, and the ones they left are unmapped, here rather than under
+    /// the lock. Runs on the sync thread, around each reservation ahead.
+    fn prepare_writes(&self) {
+        let (segment, end) = {
+            let state = self.state.lock();
+            if !state.reservable || !self.maps_reserved_writes() {
+                return;
+            }
+            (Arc::clone(&state.active), state.end)
+        };
+        segment.file.prepare_writes(end);
+    }
+
     /// Whether appends copy records into the reserved blocks through a
     /// mapping as they come. Not under `Always`, where nothing is
     /// acknowledged before a sync: there the sync thread writes each group
@@ -889,7 +906,12 @@ impl Log {
                         2 * RESERVE_AHEAD / RESERVE_STEP
                     };
                     drop(sync);
-                    if !self.reserve_ahead(steps) {
+                    // Before too: a new segment's first reserved blocks make
+                    // the appends mapped at once.
+                    self.prepare_writes();
+                    let done = self.reserve_ahead(steps);
+                    self.prepare_writes();
+                    if !done {
                         self.sync.lock().reserve_wanted = true;
                         if committers_wait {
                             let _ = self.sync_round();

@@ -43,6 +43,25 @@ fn wait_until_reserved(fs: &MemFs) {
 }
 
 #[test]
+fn the_sync_thread_readies_mapped_appends_after_reserving_and_not_under_always() {
+    for durability in [Durability::Always, Durability::EverySec, Durability::None] {
+        let fs = MemFs::new();
+        let engine = open(&fs, &small_segments(durability), &Clock::system());
+        set(&engine, b"k", b"v");
+        wait_until_reserved(&fs);
+        // The close joins the sync thread, which readies the file right
+        // after reserving.
+        engine.close().unwrap();
+        let calls = fs.prepare_writes_calls();
+        if durability == Durability::Always {
+            assert_eq!(calls, 0, "under always appends are not mapped");
+        } else {
+            assert!(calls > 0, "{durability:?}: never readied");
+        }
+    }
+}
+
+#[test]
 fn the_active_segment_is_reserved_ahead_and_a_close_cuts_the_reserve_off() {
     for durability in [Durability::Always, Durability::EverySec, Durability::None] {
         let fs = MemFs::new();

@@ -162,6 +162,7 @@ struct State {
     sync_data_calls: u64,
     sync_dir_calls: u64,
     write_back_waits: u64,
+    prepare_writes_calls: u64,
     /// Called at each `sync_data`, on the calling thread
     /// ([`MemFs::observe_sync_data`]).
     sync_observer: Option<SyncObserver>,
@@ -186,6 +187,7 @@ impl Default for State {
             sync_data_calls: 0,
             sync_dir_calls: 0,
             write_back_waits: 0,
+            prepare_writes_calls: 0,
             sync_observer: None,
         }
     }
@@ -709,6 +711,11 @@ impl MemFs {
     pub fn write_back_waits(&self) -> u64 {
         self.state.lock().write_back_waits
     }
+
+    /// How many times `prepare_writes` was called on a live handle.
+    pub fn prepare_writes_calls(&self) -> u64 {
+        self.state.lock().prepare_writes_calls
+    }
 }
 
 impl Fs for MemFs {
@@ -948,6 +955,13 @@ impl FsFile for MemFile {
     fn len(&self) -> io::Result<u64> {
         let mut state = self.state(false)?;
         Ok(state.node_mut(self.id).data.len() as u64)
+    }
+
+    /// Nothing to map: counted.
+    fn prepare_writes(&self, _from: u64) {
+        if let Ok(mut state) = self.state(false) {
+            state.prepare_writes_calls += 1;
+        }
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {

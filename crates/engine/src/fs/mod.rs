@@ -72,6 +72,16 @@ pub trait FsFile: Send + Sync {
     fn map_reserved_writes(&self, enabled: bool) {
         let _ = enabled;
     }
+    /// Readies the file for writes from `from` on, for a caller that writes
+    /// front to back under a lock of its own, to call from another thread:
+    /// [`OsFs`] maps the part of the reserved blocks the writes reach next
+    /// and unmaps the parts they have left, changes to the process's memory
+    /// map that a write would otherwise make under that lock. A hint: it
+    /// changes no data, and failing to map changes nothing. The default
+    /// does nothing.
+    fn prepare_writes(&self, from: u64) {
+        let _ = from;
+    }
     /// Starts writing the range's unwritten pages to the disk, without
     /// waiting. Not a sync: nothing is durable until [`FsFile::sync_data`].
     /// For writing a large file back a piece at a time as it is written;

@@ -13,7 +13,17 @@
 //! used only on ext2/3/4, XFS and tmpfs; elsewhere (btrfs and ZFS copy on
 //! write and can still run out of space) `allocate` says no and writes stay
 //! `pwrite`s. If a window cannot be mapped, that write and every later one
-//! to the file is a `pwrite`. What mapping cannot turn into an error: a
+//! to the file is a `pwrite`.
+//!
+//! Mapping a window and unmapping one are changes to the process's memory
+//! map, which wait for every page fault in progress in the process and
+//! hold up every one that starts meanwhile; unmapping a window also flushes
+//! its pages out of every CPU's TLB. The log writes under its lock, so
+//! [`FsFile::prepare_writes`] (the log's sync thread) maps the window
+//! after the one being written before the writes reach it, and unmaps the
+//! windows they have left; a write maps or unmaps a window itself only when
+//! that has not kept up. Shrinking the file ([`FsFile::set_len`], the
+//! log's rotation) still unmaps its windows at once. What mapping cannot turn into an error: a
 //! disk that fails to read back a page of the active segment the log is
 //! appending to (a `pwrite` would get `EIO`; a mapped write gets `SIGBUS`).
 
@@ -35,6 +45,10 @@ pub struct OsFs;
 /// Bytes of a file mapped at a time; a multiple of every page size.
 const WINDOW_BYTES: u64 = 8 << 20;
 
+/// Windows left by the writes and kept mapped for [`FsFile::prepare_writes`]
+/// to unmap; a write that would retire one more unmaps the window itself.
+const RETIRED_MAX: usize = 2;
+
 /// What [`FsFile::allocate`] writes into the blocks it reserves.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
@@ -49,8 +63,18 @@ struct Mapped {
     /// Bytes `[0, reserved)` have blocks (`fallocate`d) and lie inside the
     /// file, so the mapping may write them.
     reserved: u64,
-    /// The mapped window and the file offset it starts at.
+    /// The mapped window writes go to, and the file offset it starts at.
     window: Option<(u64, MmapMut)>,
+    /// A window mapped by [`FsFile::prepare_writes`] for the writes to
+    /// reach, past `window`.
+    ahead: Option<(u64, MmapMut)>,
+    /// Windows the writes have left, for [`FsFile::prepare_writes`] to
+    /// unmap; at most [`RETIRED_MAX`].
+    retired: Vec<MmapMut>,
+    /// Counts the times every window was dropped ([`FsFile::set_len`], or
+    /// mapped writes turned off): a window mapped while the lock was let go
+    /// is installed only if this has not moved.
+    drops: u64,
     /// Whether the file system overwrites blocks in place (asked once).
     in_place: Option<bool>,
     /// Set by [`FsFile::map_reserved_writes`]`(false)`: every write is a
@@ -67,6 +91,20 @@ impl OsFile {
     }
 }
 
+/// Maps the window of `file` that starts at `start`.
+fn map_window(file: &File, start: u64) -> io::Result<MmapMut> {
+    // SAFETY: the mapping is shared with the page cache; the engine owns its
+    // data directory, and within this process the file is only written
+    // through its windows below `reserved` (where the file has blocks, so no
+    // SIGBUS) and shrunk by `set_len`, which drops every window first.
+    unsafe {
+        MmapOptions::new()
+            .offset(start)
+            .len(WINDOW_BYTES as usize)
+            .map_mut(file)
+    }
+}
+
 impl Mapped {
     /// Copies `buf` to `offset` through the windows it spans.
     fn write(&mut self, file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -74,22 +112,24 @@ impl Mapped {
         let mut rest = buf;
         while !rest.is_empty() {
             let start = at - at % WINDOW_BYTES;
-            let window = match &mut self.window {
-                Some((window_start, window)) if *window_start == start => window,
-                slot => {
-                    // SAFETY: the mapping is shared with the page cache; the
-                    // engine owns its data directory, and within this process
-                    // the file is only written through this mapping below
-                    // `reserved` (where the file has blocks, so no SIGBUS) and
-                    // shrunk by `set_len`, which unmaps first.
-                    let map = unsafe {
-                        MmapOptions::new()
-                            .offset(start)
-                            .len(WINDOW_BYTES as usize)
-                            .map_mut(file)?
-                    };
-                    &mut slot.insert((start, map)).1
+            if self
+                .window
+                .as_ref()
+                .is_none_or(|(current, _)| *current != start)
+            {
+                let next = match self.ahead.take() {
+                    Some((ahead, map)) if ahead == start => map,
+                    other => {
+                        self.ahead = other;
+                        map_window(file, start)?
+                    }
+                };
+                if let Some((_, left)) = self.window.replace((start, next)) {
+                    self.retire(left);
                 }
+            }
+            let Some((_, window)) = &mut self.window else {
+                return Err(io::Error::other("no window mapped"));
             };
             let within = (at - start) as usize;
             let count = rest.len().min(WINDOW_BYTES as usize - within);
@@ -102,6 +142,24 @@ impl Mapped {
             rest = tail;
         }
         Ok(())
+    }
+
+    /// Keeps a window the writes have left for [`FsFile::prepare_writes`]
+    /// to unmap, or unmaps it here if too many wait already.
+    fn retire(&mut self, window: MmapMut) {
+        if self.retired.len() < RETIRED_MAX {
+            self.retired.push(window);
+        }
+    }
+
+    /// Takes every window out, for the caller to unmap: writes map again
+    /// from the next one on.
+    fn take_windows(&mut self) -> Vec<MmapMut> {
+        self.drops += 1;
+        let mut windows = std::mem::take(&mut self.retired);
+        windows.extend(self.window.take().map(|(_, map)| map));
+        windows.extend(self.ahead.take().map(|(_, map)| map));
+        windows
     }
 }
 
@@ -161,7 +219,7 @@ impl FsFile for OsFile {
                 Err(error) => {
                     // Out of address space or map areas: pwrite from now on.
                     tracing::warn!(%error, "cannot map the log for writing; writing with pwrite");
-                    mapped.window = None;
+                    drop(mapped.take_windows());
                     mapped.reserved = 0;
                 }
             }
@@ -182,7 +240,7 @@ impl FsFile for OsFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut mapped = self.mapped.lock();
-        mapped.window = None;
+        drop(mapped.take_windows());
         mapped.reserved = mapped.reserved.min(len);
         self.file.set_len(len)
     }
@@ -191,8 +249,54 @@ impl FsFile for OsFile {
         let mut mapped = self.mapped.lock();
         mapped.unmapped = !enabled;
         if !enabled {
-            mapped.window = None;
+            drop(mapped.take_windows());
         }
+    }
+
+    fn prepare_writes(&self, from: u64) {
+        let (wanted, left, drops) = {
+            let mut mapped = self.mapped.lock();
+            if mapped.unmapped {
+                return;
+            }
+            let start = from - from % WINDOW_BYTES;
+            let current = mapped.window.as_ref().map(|(at, _)| *at);
+            let ahead = mapped.ahead.as_ref().map(|(at, _)| *at);
+            // The window of `from` if no write has mapped it, whatever is
+            // reserved yet (writes go through a window only below the
+            // reservation, and mapping past the file's end is allowed);
+            // else the next one, once blocks are reserved in it.
+            let wanted = if current == Some(start) {
+                start + WINDOW_BYTES
+            } else {
+                start
+            };
+            let wanted = (ahead != Some(wanted) && (wanted == start || wanted < mapped.reserved))
+                .then_some(wanted);
+            (wanted, std::mem::take(&mut mapped.retired), mapped.drops)
+        };
+        // Unmapped here, outside the lock the writes take.
+        drop(left);
+        let Some(start) = wanted else {
+            return;
+        };
+        let map = match map_window(&self.file, start) {
+            Ok(map) => map,
+            // The write that reaches it will try again, and report.
+            Err(_) => return,
+        };
+        let mut mapped = self.mapped.lock();
+        let behind = mapped
+            .window
+            .as_ref()
+            .is_some_and(|(current, _)| *current >= start);
+        if mapped.drops != drops || mapped.unmapped || behind {
+            drop(mapped);
+            return;
+        }
+        let replaced = mapped.ahead.replace((start, map));
+        drop(mapped);
+        drop(replaced);
     }
 
     fn start_write_back(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -431,6 +535,114 @@ mod tests {
         file.read_exact_at(&mut buf, 0).unwrap();
         assert_eq!(&buf, b"mappedwritten");
         assert_eq!(file.len().unwrap(), WINDOW_BYTES);
+    }
+
+    /// A new empty file in a new temporary directory, as the `OsFile` itself.
+    fn new_os_file() -> (tempfile::TempDir, OsFile) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        (dir, OsFile::new(file))
+    }
+
+    /// Where the current window and the one ahead start, and how many
+    /// windows wait to be unmapped.
+    fn windows(file: &OsFile) -> (Option<u64>, Option<u64>, usize) {
+        let mapped = file.mapped.lock();
+        (
+            mapped.window.as_ref().map(|(start, _)| *start),
+            mapped.ahead.as_ref().map(|(start, _)| *start),
+            mapped.retired.len(),
+        )
+    }
+
+    #[test]
+    fn writes_reach_the_window_mapped_ahead_and_the_one_they_left_is_unmapped_later() {
+        let (_dir, file) = new_os_file();
+        assert!(file.allocate(3 * WINDOW_BYTES).unwrap());
+        file.write_all_at(b"first", 0).unwrap();
+        assert_eq!(windows(&file), (Some(0), None, 0));
+        file.prepare_writes(5);
+        assert_eq!(windows(&file), (Some(0), Some(WINDOW_BYTES), 0));
+        let prepared = file.mapped.lock().ahead.as_ref().unwrap().1.as_ptr();
+        let across = WINDOW_BYTES - 3;
+        file.write_all_at(b"0123456789", across).unwrap();
+        // The write went on in the mapping made ahead, and kept the window
+        // it left for later.
+        assert_eq!(windows(&file), (Some(WINDOW_BYTES), None, 1));
+        assert_eq!(
+            file.mapped.lock().window.as_ref().unwrap().1.as_ptr(),
+            prepared
+        );
+        file.prepare_writes(across + 10);
+        assert_eq!(
+            windows(&file),
+            (Some(WINDOW_BYTES), Some(2 * WINDOW_BYTES), 0)
+        );
+        file.write_all_at(b"last", 2 * WINDOW_BYTES).unwrap();
+        // Nothing lies ahead past the reserved blocks.
+        file.prepare_writes(2 * WINDOW_BYTES + 4);
+        assert_eq!(windows(&file), (Some(2 * WINDOW_BYTES), None, 0));
+        let mut buf = [0u8; 10];
+        file.read_exact_at(&mut buf[..5], 0).unwrap();
+        assert_eq!(&buf[..5], b"first");
+        file.read_exact_at(&mut buf, across).unwrap();
+        assert_eq!(&buf, b"0123456789");
+        file.read_exact_at(&mut buf[..4], 2 * WINDOW_BYTES).unwrap();
+        assert_eq!(&buf[..4], b"last");
+    }
+
+    #[test]
+    fn windows_left_unprepared_are_kept_for_unmapping_up_to_a_bound() {
+        let (_dir, file) = new_os_file();
+        assert!(file.allocate(4 * WINDOW_BYTES).unwrap());
+        for window in 0..4 {
+            file.write_all_at(b"w", window * WINDOW_BYTES).unwrap();
+        }
+        assert_eq!(windows(&file), (Some(3 * WINDOW_BYTES), None, RETIRED_MAX));
+        // A file not yet written, nor reserved, maps the window of the
+        // first write ahead, and the write takes it once blocks are
+        // reserved.
+        let (_dir, fresh) = new_os_file();
+        fresh.prepare_writes(0);
+        assert_eq!(windows(&fresh), (None, Some(0), 0));
+        fresh.write_all_at(b"unreserved", 0).unwrap();
+        assert_eq!(windows(&fresh), (None, Some(0), 0));
+        assert!(fresh.allocate(WINDOW_BYTES).unwrap());
+        fresh.write_all_at(b"w", 1).unwrap();
+        assert_eq!(windows(&fresh), (Some(0), None, 0));
+        let mut buf = [0u8; 10];
+        fresh.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"uwreserved");
+    }
+
+    #[test]
+    fn shrinking_the_file_or_ending_mapped_writes_drops_the_windows_ahead_and_left() {
+        let (_dir, file) = new_os_file();
+        assert!(file.allocate(2 * WINDOW_BYTES).unwrap());
+        file.write_all_at(b"w", 0).unwrap();
+        file.write_all_at(b"w", WINDOW_BYTES).unwrap();
+        // Behind the writes nothing is mapped ahead.
+        file.prepare_writes(0);
+        assert_eq!(windows(&file), (Some(WINDOW_BYTES), None, 0));
+        // A write that goes back maps its window itself.
+        file.write_all_at(b"w", 0).unwrap();
+        assert_eq!(windows(&file), (Some(0), None, 1));
+        file.prepare_writes(1);
+        assert_eq!(windows(&file), (Some(0), Some(WINDOW_BYTES), 0));
+        file.set_len(4).unwrap();
+        assert_eq!(windows(&file), (None, None, 0));
+        assert!(file.allocate(2 * WINDOW_BYTES).unwrap());
+        file.prepare_writes(0);
+        assert_eq!(windows(&file), (None, Some(0), 0));
+        file.map_reserved_writes(false);
+        assert_eq!(windows(&file), (None, None, 0));
+        file.prepare_writes(0);
+        assert_eq!(windows(&file), (None, None, 0));
     }
 
     #[test]
