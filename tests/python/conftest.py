@@ -51,10 +51,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     alone: nothing in them changed since the first pass."""
     if not LARDER_IO:
         return
-    left_out = [item for item in items if talks_to_memcached_alone(item)]
+    kept, left_out = [], []
+    for item in items:
+        (left_out if talks_to_memcached_alone(item) else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if not talks_to_memcached_alone(item)]
+        items[:] = kept
 
 
 HOST = "127.0.0.1"
